@@ -1,0 +1,41 @@
+# TiDB-Binlog in Python.  `make demo` runs the local playground, `make test` the tests.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: test demo proto lint typecheck unit clean bench
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy .
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+typecheck: $(STAMP)
+	$(PY) -m mypy .
+
+unit: $(STAMP)
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+demo: $(STAMP)
+	$(PY) -m tools.demo
+
+proto: $(STAMP)
+	$(PY) -m common.pb.regen
+
+bench: $(STAMP)
+	$(PY) bench/codec.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache playground-data

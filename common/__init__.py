@@ -1,0 +1,1 @@
+"""Shared code of TiDB-Binlog in Python: protos, codecs, config, registry, TSO."""
