@@ -1,0 +1,288 @@
+"""Build a config dataclass from defaults < TOML file < environment < flags, then validate it.
+
+Each source becomes a *layer*: a nested dict from field name to an already typed value (a nested layer for
+a table). Layers merge key by key, so a file that sets `[storage] sync-log` and an environment that sets
+`PUMP_STORAGE_KV_CHAN_CAP` both count. An array of tables is one value: the highest layer that sets it
+wins whole. The merged layer is applied over the dataclass defaults and the result is validated.
+
+The loader remembers which source set each key, so a validation error can say where the bad value came from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+from common.config import convert
+from common.config.schema import ConfigField, Kind, fields_of, join, resolve, value_fields
+from common.errors import ConfigError
+
+T = TypeVar("T")
+
+Layer = dict[str, Any]
+"""Field name -> typed value, or -> a nested Layer for a table field."""
+
+_DEFAULT_SOURCE: Final = "default value"
+_TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
+_TOML_AT_END: Final = " (at end of document)"
+_LAST_PART = re.compile(r"(\[\d+\]|\.[^.\[]*|^[^.\[]*)$")
+
+
+def load(
+    cls: type[T],
+    *,
+    file: str | Path | None = None,
+    env: Mapping[str, str] | None = None,
+    env_prefix: str = "",
+    flags: Mapping[str, object] | None = None,
+) -> T:
+    """Build and validate a `cls` config from its defaults, a TOML file, the environment and flags.
+
+    file        TOML file; every key must be known (else ConfigError naming key path and file).
+    env         usually `os.environ`; only read when `env_prefix` is non-empty. The variable of key
+                `storage.sync-log` with prefix "PUMP" is `PUMP_STORAGE_SYNC_LOG` (upper case, `-` and `.`
+                become `_`). Other variables are ignored; arrays of tables cannot be set this way.
+    flags       dotted key path -> value, e.g. {"gc": 7, "storage.sync-log": "false"}. A str value is parsed
+                like an environment value; anything else must already have the field's type.
+
+    Raises ConfigError for every bad input; TypeError if `cls` is not a usable config class.
+    """
+    fields_of(cls)
+    sources: dict[str, str] = {}
+    layers: list[Layer] = []
+    if file is not None:
+        layers.append(_file_layer(cls, Path(file), sources))
+    if env is not None and env_prefix:
+        layers.append(_env_layer(cls, env, env_prefix, sources))
+    if flags:
+        layers.append(_flag_layer(cls, flags, sources))
+    merged: Layer = {}
+    for layer in layers:
+        merged = _merge(cls, merged, layer)
+    cfg = _build(cls, merged, path="", base=None, source="")
+    _validate(cfg, "", sources)
+    return cfg
+
+
+def env_name(prefix: str, dotted: str) -> str:
+    """The environment variable of a dotted key path: ("PUMP", "storage.sync-log") -> PUMP_STORAGE_SYNC_LOG."""
+    stem = prefix if not prefix or prefix.endswith("_") else prefix + "_"
+    return (stem + dotted).upper().replace("-", "_").replace(".", "_")
+
+
+# ----------------------------------------------------------------------------------------------- layers
+
+
+def _file_layer(cls: type, file: Path, sources: dict[str, str]) -> Layer:
+    source = f"config file '{file}'"
+    try:
+        text = file.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file '{file}': {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{source}: not valid UTF-8 (byte {exc.start})") from None
+    try:
+        table = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: TOML syntax error{_toml_error(str(exc), text)}") from None
+    return _table_layer(cls, table, "", source, sources)
+
+
+def _toml_error(message: str, text: str) -> str:
+    """tomllib's "Reason (at line 3, column 5)" as " at line 3, column 5: Reason" (end of file included)."""
+    position = _TOML_POSITION.search(message)
+    if position is not None:
+        line, column = position.groups()
+        return f" at line {line}, column {column}: {message[: position.start()]}"
+    if message.endswith(_TOML_AT_END):
+        lines = text.split("\n")
+        reason = message.removesuffix(_TOML_AT_END)
+        return f" at line {len(lines)}, column {len(lines[-1]) + 1} (end of file): {reason}"
+    return f": {message}"
+
+
+def _table_layer(cls: type, table: Mapping[str, object], path: str, source: str, sources: dict[str, str]) -> Layer:
+    """A strict layer from one TOML table: every key must be a field of `cls`."""
+    by_key = {f.key: f for f in fields_of(cls)}
+    layer: Layer = {}
+    for key, value in table.items():
+        key_path = join(path, key)
+        f = by_key.get(key)
+        if f is None:
+            close = difflib.get_close_matches(key, list(by_key), n=1)
+            hint = f" (did you mean '{join(path, close[0])}'?)" if close else ""
+            raise ConfigError(f"{source}: unknown key '{key_path}'{hint}")
+        table_cls = f.spec.table
+        if table_cls is not None:
+            if not isinstance(value, dict):
+                raise ConfigError(
+                    f"{source}: invalid value for '{key_path}': expected a table, got {convert.show(value)}"
+                )
+            layer[f.name] = _table_layer(table_cls, value, key_path, source, sources)
+        else:
+            layer[f.name] = _native_value(f, value, key_path, source)
+            sources[key_path] = source
+    return layer
+
+
+def _native_value(f: ConfigField, value: object, key_path: str, source: str) -> object:
+    if f.spec.kind is not Kind.SECTIONS:
+        return convert.from_native(f.spec, value, path=key_path, source=source)
+    element_cls = f.spec.section
+    assert element_cls is not None
+    if not isinstance(value, list | tuple):
+        raise ConfigError(
+            f"{source}: invalid value for '{key_path}': expected an array of tables, got {convert.show(value)}"
+        )
+    elements: list[object] = []
+    for i, element in enumerate(value):
+        element_path = f"{key_path}[{i}]"
+        if isinstance(element, element_cls):
+            elements.append(element)
+            continue
+        if not isinstance(element, dict):
+            raise ConfigError(
+                f"{source}: invalid value for '{element_path}': expected a table, got {convert.show(element)}"
+            )
+        layer = _table_layer(element_cls, element, element_path, source, {})
+        elements.append(_build(element_cls, layer, path=element_path, base=None, source=source))
+    return tuple(elements)
+
+
+def _env_layer(cls: type, env: Mapping[str, str], prefix: str, sources: dict[str, str]) -> Layer:
+    layer: Layer = {}
+    names: dict[str, str] = {}
+    for dotted, chain in value_fields(cls):
+        name = env_name(prefix, dotted)
+        if name in names:
+            raise TypeError(f"{cls.__name__}: keys '{names[name]}' and '{dotted}' share environment variable {name}")
+        names[name] = dotted
+        if name in env:
+            source = f"environment variable {name}"
+            _put(layer, chain, convert.from_text(chain[-1].spec, env[name], path=dotted, source=source))
+            sources[dotted] = source
+    return layer
+
+
+def _flag_layer(cls: type, flags: Mapping[str, object], sources: dict[str, str]) -> Layer:
+    layer: Layer = {}
+    for dotted, value in flags.items():
+        source = f"flag --{dotted}"
+        chain = resolve(cls, dotted)
+        if chain is None:
+            raise ConfigError(f"{source}: unknown config key '{dotted}'")
+        f = chain[-1]
+        if f.spec.table is not None:
+            raise ConfigError(f"{source}: '{dotted}' is a table; set its keys one by one")
+        if isinstance(value, str) and f.spec.kind is not Kind.SECTIONS:
+            typed = convert.from_text(f.spec, value, path=dotted, source=source)
+        else:
+            typed = _native_value(f, value, dotted, source)
+        _put(layer, chain, typed)
+        sources[dotted] = source
+    return layer
+
+
+def _put(layer: Layer, chain: tuple[ConfigField, ...], value: object) -> None:
+    for f in chain[:-1]:
+        layer = layer.setdefault(f.name, {})
+    layer[chain[-1].name] = value
+
+
+def _merge(cls: type, low: Layer, high: Layer) -> Layer:
+    merged = dict(low)
+    for f in fields_of(cls):
+        if f.name not in high:
+            continue
+        table_cls = f.spec.table
+        if table_cls is not None and f.name in low:
+            merged[f.name] = _merge(table_cls, low[f.name], high[f.name])
+        else:
+            merged[f.name] = high[f.name]
+    return merged
+
+
+# ------------------------------------------------------------------------------------------------ build
+
+
+def _build(cls: type[T], layer: Layer, *, path: str, base: T | None, source: str) -> T:
+    """`layer` applied over `base` (or over the class defaults when `base` is None)."""
+    values: dict[str, object] = {}
+    for f in fields_of(cls):
+        key_path = join(path, f.key)
+        if f.name in layer:
+            table_cls = f.spec.table
+            if table_cls is None:
+                values[f.name] = layer[f.name]
+                continue
+            default = f.default() if f.has_default else None
+            values[f.name] = _build(
+                table_cls,
+                layer[f.name],
+                path=key_path,
+                base=default if isinstance(default, table_cls) else None,
+                source=source,
+            )
+        elif base is None and not f.has_default:
+            where = f"{source}: " if source else ""
+            raise ConfigError(f"{where}missing required key '{key_path}'")
+    try:
+        if base is not None:
+            return dataclasses.replace(base, **values)  # type: ignore[type-var]
+        return cls(**values)
+    except ValueError as exc:
+        raise ConfigError(f"invalid config{_in_table(path)}: {exc}") from None
+
+
+def _validate(cfg: object, path: str, sources: Mapping[str, str]) -> None:
+    """Run field validators and `validate()` methods, innermost tables first."""
+    for f in fields_of(type(cfg)):
+        value = getattr(cfg, f.name)
+        key_path = join(path, f.key)
+        if f.spec.table is not None and value is not None:
+            _validate(value, key_path, sources)
+        elif f.spec.kind is Kind.SECTIONS:
+            for i, element in enumerate(value):
+                _validate(element, f"{key_path}[{i}]", sources)
+        if f.validate is not None and value is not None:
+            _run_validator(f, value, key_path, sources)
+    method = getattr(cfg, "validate", None)
+    if callable(method):
+        try:
+            method()
+        except ValueError as exc:
+            raise ConfigError(f"invalid config{_in_table(path)}: {exc}") from None
+
+
+def _run_validator(f: ConfigField, value: object, key_path: str, sources: Mapping[str, str]) -> None:
+    assert f.validate is not None
+    try:
+        verdict = f.validate(value)
+        reason = "" if verdict is not False else f"rejected by {getattr(f.validate, '__name__', 'validator')}"
+    except (ValueError, ConfigError) as exc:
+        reason = str(exc)
+    if reason:
+        source = _source_of(key_path, sources)
+        raise ConfigError(f"{source}: invalid value for '{key_path}': {reason} (got {convert.show(value)})")
+
+
+def _source_of(key_path: str, sources: Mapping[str, str]) -> str:
+    """The source that set `key_path`, or the array of tables holding it."""
+    path = key_path
+    while path:
+        if path in sources:
+            return sources[path]
+        parent = _LAST_PART.sub("", path)
+        if parent == path:
+            break
+        path = parent
+    return _DEFAULT_SOURCE
+
+
+def _in_table(path: str) -> str:
+    return f" in [{path}]" if path else ""

@@ -1,0 +1,339 @@
+"""A typed, failure-aware wrapper around the `etcd3` client.
+
+Every call is retried with back-off for a bounded time and then raises
+`EtcdUnavailableError` with the endpoints in the message.  Watches survive an
+etcd restart: the watcher re-lists the prefix, reports what changed while it
+was away, and watches again from the listed revision.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import etcd3
+import etcd3.exceptions
+import grpc
+
+from common.errors import ConfigError, EtcdUnavailableError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT = 5.0
+"""Seconds for one etcd RPC."""
+DEFAULT_RETRY_FOR = 10.0
+"""Seconds a call keeps retrying before EtcdUnavailableError."""
+_ENDPOINT_RETRY_AFTER = 0.5
+"""Seconds the etcd3 client waits before trying a failed endpoint again (its default is 300)."""
+
+T = TypeVar("T")
+_ETCD_ERRORS: tuple[type[BaseException], ...] = (
+    grpc.RpcError,
+    etcd3.exceptions.Etcd3Exception,
+    ValueError,  # etcd3 raises it when its only endpoint is marked failed
+)
+_WATCH_ERRORS: tuple[type[BaseException], ...] = (EtcdUnavailableError, *_ETCD_ERRORS)
+
+
+@dataclass(frozen=True)
+class TLSFiles:
+    """Paths of the CA, certificate and key used to talk to etcd over TLS."""
+
+    ca: str
+    cert: str | None = None
+    key: str | None = None
+
+
+@dataclass(frozen=True)
+class KeyValue:
+    key: str
+    value: bytes
+    mod_revision: int
+    create_revision: int
+
+
+class EventType(Enum):
+    PUT = "put"
+    DELETE = "delete"
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    type: EventType
+    key: str
+    value: bytes  # empty for DELETE
+    revision: int
+
+
+def parse_endpoints(urls: str | Sequence[str]) -> list[tuple[str, int]]:
+    """Parse `http://host:port,host2:port2` (or a list) into (host, port) pairs."""
+    items = urls.split(",") if isinstance(urls, str) else list(urls)
+    endpoints: list[tuple[str, int]] = []
+    for raw in items:
+        item = raw.strip()
+        if not item:
+            continue
+        parts = urlsplit(item if "://" in item else f"http://{item}")
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(f"bad etcd endpoint {raw!r}: expected http(s)://host:port")
+        try:
+            port = parts.port or 2379
+        except ValueError as exc:
+            raise ConfigError(f"bad etcd endpoint {raw!r}: {exc}") from exc
+        endpoints.append((parts.hostname, port))
+    if not endpoints:
+        raise ConfigError(f"no etcd endpoint in {urls!r}")
+    return endpoints
+
+
+class EtcdClient:
+    """Typed access to etcd with bounded retries; thread-safe."""
+
+    def __init__(
+        self,
+        urls: str | Sequence[str],
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        retry_for: float = DEFAULT_RETRY_FOR,
+        tls: TLSFiles | None = None,
+    ) -> None:
+        self.endpoints = parse_endpoints(urls)
+        self.timeout = timeout
+        self.retry_for = retry_for
+        self._tls = tls
+        self._closed = False
+        creds = None
+        if tls is not None:
+            creds = _tls_credentials(tls)
+        eps = [
+            etcd3.Endpoint(host, port, secure=creds is not None, creds=creds, time_retry=_ENDPOINT_RETRY_AFTER)
+            for host, port in self.endpoints
+        ]
+        self._client: Any = etcd3.MultiEndpointEtcd3Client(endpoints=eps, timeout=timeout, failover=True)
+
+    @property
+    def describe(self) -> str:
+        return ",".join(f"{h}:{p}" for h, p in self.endpoints)
+
+    # -- retry core -------------------------------------------------------
+    def call(self, what: str, fn: Callable[[], T], *, retry_for: float | None = None) -> T:
+        """Run `fn` against etcd, retrying on connection errors for a bounded time."""
+        deadline = time.monotonic() + (self.retry_for if retry_for is None else retry_for)
+        delay = 0.05
+        while True:
+            try:
+                return fn()
+            except _ETCD_ERRORS as exc:
+                if self._closed:
+                    raise EtcdUnavailableError(f"etcd client closed during {what}") from exc
+                if time.monotonic() + delay >= deadline:
+                    raise EtcdUnavailableError(
+                        f"etcd at {self.describe} unreachable: {what} failed: {_describe_error(exc)}"
+                    ) from exc
+                log.debug("etcd %s failed (%s), retrying in %.2fs", what, _describe_error(exc), delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    # -- key/value --------------------------------------------------------
+    def get(self, key: str) -> KeyValue | None:
+        def op() -> KeyValue | None:
+            resp = self._client.get_response(key)
+            if resp.count < 1:
+                return None
+            kv = resp.kvs[0]
+            return KeyValue(kv.key.decode(), bytes(kv.value), kv.mod_revision, kv.create_revision)
+
+        return self.call(f"get {key}", op)
+
+    def get_prefix(self, prefix: str) -> tuple[list[KeyValue], int]:
+        """All keys under `prefix` sorted by key, and the store revision of the read."""
+
+        def op() -> tuple[list[KeyValue], int]:
+            resp = self._client.get_prefix_response(prefix, sort_order="ascend", sort_target="key")
+            kvs = [KeyValue(kv.key.decode(), bytes(kv.value), kv.mod_revision, kv.create_revision) for kv in resp.kvs]
+            return kvs, int(resp.header.revision)
+
+        return self.call(f"get prefix {prefix}", op)
+
+    def put(self, key: str, value: bytes | str, *, lease: int | None = None) -> None:
+        self.call(f"put {key}", lambda: self._client.put(key, value, lease=lease))
+
+    def delete(self, key: str) -> bool:
+        return bool(self.call(f"delete {key}", lambda: self._client.delete(key)))
+
+    def create(self, key: str, value: bytes | str, *, lease: int | None = None) -> bool:
+        """Put `key` only if it does not exist (ModRevision == 0). True if created."""
+        tx = self._client.transactions
+        return self._txn(f"create {key}", [tx.mod(key) == 0], [tx.put(key, value, lease=lease)])
+
+    def update(self, key: str, value: bytes | str) -> bool:
+        """Put `key` only if it exists (ModRevision > 0). True if updated."""
+        tx = self._client.transactions
+        return self._txn(f"update {key}", [tx.mod(key) > 0], [tx.put(key, value)])
+
+    def put_if_value(self, key: str, value: bytes | str, *, guard_key: str, guard_value: bytes | str) -> bool:
+        """Put `key` only while `guard_key` holds `guard_value` (leader-guarded write)."""
+        tx = self._client.transactions
+        return self._txn(f"guarded put {key}", [tx.value(guard_key) == guard_value], [tx.put(key, value)])
+
+    def _txn(self, what: str, compare: list[Any], success: list[Any]) -> bool:
+        def op() -> bool:
+            succeeded, _ = self._client.transaction(compare=compare, success=success, failure=[])
+            return bool(succeeded)
+
+        return self.call(what, op)
+
+    # -- leases -----------------------------------------------------------
+    def grant_lease(self, ttl: int) -> int:
+        lease = self.call(f"grant lease ttl={ttl}", lambda: self._client.lease(ttl))
+        return int(lease.id)
+
+    def refresh_lease(self, lease_id: int) -> int:
+        """Keep a lease alive once; returns the remaining TTL (0 if the lease is gone)."""
+
+        def op() -> int:
+            responses = list(self._client.refresh_lease(lease_id))
+            return int(responses[0].TTL) if responses else 0
+
+        return self.call(f"refresh lease {lease_id}", op, retry_for=min(self.retry_for, 1.0))
+
+    def revoke_lease(self, lease_id: int) -> None:
+        with contextlib.suppress(EtcdUnavailableError):
+            self.call(f"revoke lease {lease_id}", lambda: self._client.revoke_lease(lease_id), retry_for=1.0)
+
+    # -- watch ------------------------------------------------------------
+    def watch_prefix(self, prefix: str, on_event: Callable[[WatchEvent], None]) -> PrefixWatcher:
+        """Start a watcher that calls `on_event` for every change under `prefix`."""
+        watcher = PrefixWatcher(self, prefix, on_event)
+        watcher.start()
+        return watcher
+
+    def _raw_watch(self, prefix: str, start_revision: int) -> tuple[Iterator[Any], Callable[[], None]]:
+        it, cancel = self._client.watch_prefix_response(prefix, start_revision=start_revision)
+        return it, cancel
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(Exception):
+            self._client.close()
+
+
+class PrefixWatcher:
+    """Delivers changes under a prefix; survives etcd restarts by re-listing.
+
+    After the stream breaks, the watcher lists the prefix again, reports keys
+    that appeared, changed or disappeared while it was away (compared with the
+    state it last reported), and watches again from the listed revision.  The
+    first list is reported as PUT events, so a caller sees the full state.
+    """
+
+    def __init__(self, client: EtcdClient, prefix: str, on_event: Callable[[WatchEvent], None]) -> None:
+        self._client = client
+        self._prefix = prefix
+        self._on_event = on_event
+        self._known: dict[str, tuple[int, bytes]] = {}
+        self._stop = threading.Event()
+        self._cancel: Callable[[], None] | None = None
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name=f"etcd-watch {prefix}", daemon=True)
+        self.restarts = 0
+        self.synced = threading.Event()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _emit(self, event: WatchEvent) -> None:
+        try:
+            self._on_event(event)
+        except Exception:
+            log.exception("watch callback failed for %s", event.key)
+
+    def _resync(self) -> int:
+        kvs, revision = self._client.get_prefix(self._prefix)
+        seen = {kv.key: kv for kv in kvs}
+        for key in sorted(set(self._known) - set(seen)):
+            del self._known[key]
+            self._emit(WatchEvent(EventType.DELETE, key, b"", revision))
+        for key, kv in seen.items():
+            if self._known.get(key, (None, None))[0] != kv.mod_revision:
+                self._known[key] = (kv.mod_revision, kv.value)
+                self._emit(WatchEvent(EventType.PUT, key, kv.value, kv.mod_revision))
+        return revision
+
+    def _run(self) -> None:
+        delay = 0.1
+        while not self._stop.is_set():
+            try:
+                revision = self._resync()
+                self.synced.set()
+                it, cancel = self._client.call(
+                    f"watch {self._prefix}", functools.partial(self._watch_from, revision + 1)
+                )
+                with self._lock:
+                    self._cancel = cancel
+                if self._stop.is_set():
+                    cancel()
+                    return
+                delay = 0.1
+                for response in it:
+                    for ev in response.events:
+                        self._apply(ev)
+                if self._stop.is_set():
+                    return
+                log.info("etcd watch on %s ended; re-listing", self._prefix)
+            except _WATCH_ERRORS as exc:
+                if self._stop.is_set():
+                    return
+                log.warning("etcd watch on %s broke (%s); re-listing in %.1fs", self._prefix, exc, delay)
+            self.restarts += 1
+            self._stop.wait(delay)
+            delay = min(delay * 2, 2.0)
+
+    def _watch_from(self, revision: int) -> tuple[Iterator[Any], Callable[[], None]]:
+        return self._client._raw_watch(self._prefix, revision)
+
+    def _apply(self, ev: Any) -> None:
+        key = ev.key.decode()
+        revision = int(ev.mod_revision)
+        if isinstance(ev, etcd3.events.DeleteEvent):
+            self._known.pop(key, None)
+            self._emit(WatchEvent(EventType.DELETE, key, b"", revision))
+        else:
+            value = bytes(ev.value)
+            self._known[key] = (revision, value)
+            self._emit(WatchEvent(EventType.PUT, key, value, revision))
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._lock:
+            cancel = self._cancel
+        if cancel is not None:
+            with contextlib.suppress(Exception):
+                cancel()
+        self._thread.join(timeout=5)
+
+
+def _tls_credentials(tls: TLSFiles) -> grpc.ChannelCredentials:
+    def read(path: str | None) -> bytes | None:
+        if path is None:
+            return None
+        with open(path, "rb") as fh:
+            return fh.read()
+
+    return grpc.ssl_channel_credentials(read(tls.ca), read(tls.key), read(tls.cert))
+
+
+def _describe_error(exc: BaseException) -> str:
+    if isinstance(exc, grpc.RpcError) and hasattr(exc, "code"):
+        return f"{exc.code().name}: {exc.details()}"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

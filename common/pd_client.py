@@ -1,0 +1,216 @@
+"""Client side of pd-server: cluster id and batched TSO requests.
+
+Clients find pd-server through etcd (`pd-urls` point at etcd, as in TiDB):
+`/pd/leader` holds the serving pd-server's address, `/pd/cluster_id` the
+cluster id as decimal text.  Concurrent `get_ts()` calls are gathered by one
+dispatcher thread into a single `Tso(count=n)` RPC.  When the call fails the
+client re-reads `/pd/leader`, reconnects and retries until the caller's
+deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import grpc
+
+from common.errors import ClusterIDMismatchError, TSOError, UnavailableError
+from common.etcd import EtcdClient
+from common.pb import pd_pb2, pd_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+CLUSTER_ID_KEY = "/pd/cluster_id"
+LEADER_KEY = "/pd/leader"
+TIMESTAMP_KEY = "/pd/timestamp"
+
+DEFAULT_TSO_TIMEOUT = 10.0
+"""Seconds a get_ts() call may take, retries included."""
+MAX_BATCH = 10_000
+_RPC_TIMEOUT = 3.0
+
+
+@dataclass(frozen=True)
+class LeaderInfo:
+    addr: str
+    cluster_id: int
+    token: str
+
+    def to_json(self) -> str:
+        return json.dumps({"addr": self.addr, "cluster_id": self.cluster_id, "token": self.token})
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> LeaderInfo:
+        data = json.loads(raw)
+        return cls(str(data["addr"]), int(data["cluster_id"]), str(data.get("token", "")))
+
+
+def read_cluster_id(etcd: EtcdClient) -> int | None:
+    """The cluster id stored at /pd/cluster_id, or None before pd-server created it."""
+    kv = etcd.get(CLUSTER_ID_KEY)
+    if kv is None:
+        return None
+    try:
+        return int(kv.value.decode())
+    except ValueError as exc:
+        raise TSOError(f"{CLUSTER_ID_KEY} holds {kv.value!r}, not a decimal cluster id") from exc
+
+
+def read_leader(etcd: EtcdClient) -> LeaderInfo | None:
+    kv = etcd.get(LEADER_KEY)
+    return None if kv is None else LeaderInfo.from_json(kv.value)
+
+
+@dataclass
+class _Waiter:
+    deadline: float
+    done: threading.Event = field(default_factory=threading.Event)
+    ts: int = 0
+    error: Exception | None = None
+
+
+class TSOClient:
+    """Thread-safe TSO client with request batching and leader re-discovery."""
+
+    def __init__(self, etcd: EtcdClient, *, timeout: float = DEFAULT_TSO_TIMEOUT, max_batch: int = MAX_BATCH) -> None:
+        self._etcd = etcd
+        self._timeout = timeout
+        self._max_batch = max_batch
+        self._cond = threading.Condition()
+        self._queue: deque[_Waiter] = deque()
+        self._closed = False
+        self._channel: grpc.Channel | None = None
+        self._stub: pd_pb2_grpc.PDStub | None = None
+        self._leader: LeaderInfo | None = None
+        self.rpc_count = 0
+        self._thread = threading.Thread(target=self._dispatch_loop, name="tso-dispatcher", daemon=True)
+        self._thread.start()
+
+    @property
+    def cluster_id(self) -> int:
+        """The cluster id (waits for pd-server to publish it, up to the timeout)."""
+        deadline = time.monotonic() + self._timeout
+        while True:
+            cid = read_cluster_id(self._etcd)
+            if cid is not None:
+                return cid
+            if time.monotonic() > deadline:
+                raise UnavailableError(f"no cluster id at {CLUSTER_ID_KEY}: is pd-server running?")
+            time.sleep(0.1)
+
+    def get_ts(self, timeout: float | None = None) -> int:
+        """One fresh timestamp, greater than any obtained before it returned."""
+        waiter = _Waiter(deadline=time.monotonic() + (self._timeout if timeout is None else timeout))
+        with self._cond:
+            if self._closed:
+                raise TSOError("TSO client is closed")
+            self._queue.append(waiter)
+            self._cond.notify()
+        waiter.done.wait()
+        if waiter.error is not None:
+            raise waiter.error
+        return waiter.ts
+
+    # -- dispatcher -------------------------------------------------------
+    def _dispatch_loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    batch = list(self._queue)
+                    self._queue.clear()
+                    for w in batch:
+                        w.error = TSOError("TSO client is closed")
+                        w.done.set()
+                    return
+                n = min(len(self._queue), self._max_batch)
+                batch = [self._queue.popleft() for _ in range(n)]
+            self._serve(batch)
+
+    def _serve(self, batch: list[_Waiter]) -> None:
+        delay = 0.05
+        last_error: Exception | None = None
+        while batch:
+            now = time.monotonic()
+            expired = [w for w in batch if w.deadline <= now]
+            for w in expired:
+                w.error = UnavailableError(f"no timestamp from pd-server before the deadline: {last_error}")
+                w.done.set()
+            batch = [w for w in batch if w.deadline > now]
+            if not batch:
+                return
+            try:
+                first = self._request(len(batch))
+            except ClusterIDMismatchError as exc:
+                for w in batch:
+                    w.error = exc
+                    w.done.set()
+                return
+            except (grpc.RpcError, UnavailableError, TSOError) as exc:
+                last_error = exc
+                log.warning("TSO request failed (%s); rediscovering pd-server", _brief(exc))
+                self._reset_channel()
+                with self._cond:
+                    if self._closed:
+                        continue
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
+                continue
+            for i, w in enumerate(batch):
+                w.ts = first + i
+                w.done.set()
+            return
+
+    def _request(self, count: int) -> int:
+        stub = self._connect()
+        leader = self._leader
+        assert leader is not None
+        try:
+            resp = stub.Tso(pd_pb2.TsoRequest(cluster_id=leader.cluster_id, count=count), timeout=_RPC_TIMEOUT)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
+                raise ClusterIDMismatchError(str(exc.details())) from exc
+            raise
+        self.rpc_count += 1
+        if resp.count != count:
+            raise TSOError(f"pd-server returned {resp.count} timestamps, asked for {count}")
+        return int((resp.first.physical << 18) | resp.first.logical)
+
+    def _connect(self) -> pd_pb2_grpc.PDStub:
+        if self._stub is not None:
+            return self._stub
+        leader = read_leader(self._etcd)
+        if leader is None:
+            raise UnavailableError(f"no pd-server registered at {LEADER_KEY}")
+        log.info("connecting to pd-server at %s (cluster id %d)", leader.addr, leader.cluster_id)
+        self._channel = grpc.insecure_channel(leader.addr)
+        self._stub = pd_pb2_grpc.PDStub(self._channel)
+        self._leader = leader
+        return self._stub
+
+    def _reset_channel(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+        self._channel = None
+        self._stub = None
+
+    def close(self) -> None:
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout=5)
+        self._reset_channel()
+
+
+def _brief(exc: Exception) -> str:
+    if isinstance(exc, grpc.RpcError) and hasattr(exc, "code"):
+        return f"{exc.code().name}: {exc.details()}"
+    return str(exc)

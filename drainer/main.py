@@ -1,0 +1,15 @@
+"""`drainer` command (placeholder until the drainer issue lands)."""
+
+from __future__ import annotations
+
+import sys
+
+from common.cli import not_implemented
+
+
+def main() -> int:
+    return not_implemented("drainer", "the drainer issue")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,35 @@
+"""pd-server configuration: defaults < pd.toml < PD_* environment < flags."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from common.config import Duration
+from common.errors import ConfigError
+from common.etcd import parse_endpoints
+from pd.server import DEFAULT_CAMPAIGN_TIMEOUT, DEFAULT_LEASE_TTL
+
+DEFAULT_PD_URLS = "http://127.0.0.1:2379"
+DEFAULT_ADDR = "127.0.0.1:2390"
+
+
+@dataclass(frozen=True)
+class PDConfig:
+    pd_urls: str = field(default=DEFAULT_PD_URLS, metadata={"help": "etcd endpoints, comma separated"})
+    addr: str = field(default=DEFAULT_ADDR, metadata={"help": "gRPC listen address host:port"})
+    advertise_addr: str = field(default="", metadata={"help": "address published in /pd/leader (default: addr)"})
+    lease_ttl: int = field(default=DEFAULT_LEASE_TTL, metadata={"help": "leader lease TTL in seconds"})
+    campaign_timeout: Duration = field(
+        default=DEFAULT_CAMPAIGN_TIMEOUT, metadata={"help": "seconds to wait for another leader to go away"}
+    )
+    etcd_retry: Duration = field(default=10.0, metadata={"help": "seconds to retry etcd before giving up"})
+    log_level: Literal["debug", "info", "warning", "error"] = field(default="info", metadata={"help": "log level"})
+
+    def validate(self) -> None:
+        parse_endpoints(self.pd_urls)
+        host, sep, port = self.addr.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ConfigError(f"addr: {self.addr!r} is not host:port")
+        if self.lease_ttl < 1:
+            raise ConfigError(f"lease-ttl: must be >= 1, got {self.lease_ttl}")

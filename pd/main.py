@@ -1,0 +1,78 @@
+"""`pd-server`: TSO and cluster id over etcd.
+
+    pd-server --pd-urls http://127.0.0.1:2379 --addr 127.0.0.1:2390
+
+Config: defaults < `--config pd.toml` < PD_* environment < flags.  A bad
+value or an unreachable etcd exits with status 2 and one line on stderr.
+SIGTERM / SIGINT stop the server and give up the leader key.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+from types import FrameType
+
+from common.cli import fail
+from common.config import ArgumentParser, add_flags, dump, load_args, run_command
+from common.errors import EtcdUnavailableError, UnavailableError
+from common.etcd import EtcdClient
+from common.logsetup import setup_logging
+from pd.config import PDConfig
+from pd.server import PDServer
+
+log = logging.getLogger(__name__)
+ENV_PREFIX = "PD"
+
+
+@run_command(prog="pd-server")
+def main(argv: list[str] | None = None) -> int:
+    parser = ArgumentParser(prog="pd-server", description="TSO and cluster id service over etcd")
+    add_flags(parser, PDConfig, env_prefix=ENV_PREFIX)
+    parser.add_argument("--print-config", action="store_true", help="print the effective config and exit")
+    args = parser.parse_args(argv)
+    cfg = load_args(PDConfig, args, env=os.environ, env_prefix=ENV_PREFIX)
+    if args.print_config:
+        sys.stdout.write(dump(cfg))
+        return 0
+    setup_logging(cfg.log_level)
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("received %s", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    etcd = EtcdClient(cfg.pd_urls, retry_for=cfg.etcd_retry)
+    server = PDServer(
+        etcd,
+        cfg.addr,
+        advertise_addr=cfg.advertise_addr or None,
+        lease_ttl=cfg.lease_ttl,
+        campaign_timeout=cfg.campaign_timeout,
+    )
+    try:
+        server.start()
+    except EtcdUnavailableError as exc:
+        etcd.close()
+        return fail("pd-server", str(exc))
+    except UnavailableError as exc:
+        server.close()
+        etcd.close()
+        return fail("pd-server", str(exc), status=1)
+    try:
+        stop.wait()
+    finally:
+        server.close()
+        etcd.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

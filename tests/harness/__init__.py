@@ -1,0 +1,1 @@
+"""Shared test helpers: real etcd, pd-server and MySQL on loopback."""

@@ -1,0 +1,15 @@
+"""`binlogctl` command (placeholder until the relay log / reparo / binlogctl issue lands)."""
+
+from __future__ import annotations
+
+import sys
+
+from common.cli import not_implemented
+
+
+def main() -> int:
+    return not_implemented("binlogctl", "the relay log / reparo / binlogctl issue")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""Real processes on loopback: start, wait for readiness, stop, kill -9, restart.
+
+Used by the local playground and by the test harness, so both run the same
+way: every process writes its log to a file, readiness is a condition polled
+with a deadline (never a fixed sleep), and a process that dies while we wait
+for it raises with the tail of its log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+class ProcessError(RuntimeError):
+    """A managed process failed to start, died, or did not become ready."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free right now on `host`."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def port_open(host: str, port: int, timeout: float = 0.2) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def wait_for(cond: Callable[[], bool], timeout: float, what: str, interval: float = 0.05) -> None:
+    """Poll `cond` until it is true or raise TimeoutError naming `what`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if cond():
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.1f}s waiting for {what}")
+        time.sleep(interval)
+
+
+class ManagedProcess:
+    """One child process with its own log file and process group."""
+
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        log_path: Path,
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.log_path = log_path
+        self.env = dict(os.environ if env is None else env)
+        self.cwd = cwd
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self) -> None:
+        if self.alive:
+            raise ProcessError(f"{self.name} is already running (pid {self.pid})")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as logf:
+            logf.write(f"--- start {self.name}: {' '.join(self.argv)}\n".encode())
+            logf.flush()
+            self.proc = subprocess.Popen(
+                self.argv,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.env,
+                cwd=self.cwd,
+                start_new_session=True,
+            )
+        log.info("started %s (pid %d)", self.name, self.proc.pid)
+
+    def wait_ready(self, cond: Callable[[], bool], timeout: float) -> None:
+        """Wait until `cond()`; raise with the log tail if the process exits first."""
+
+        def check() -> bool:
+            if not self.alive:
+                code = self.proc.returncode if self.proc else None
+                raise ProcessError(f"{self.name} exited with status {code}; log tail:\n{self.log_tail()}")
+            return cond()
+
+        try:
+            wait_for(check, timeout, f"{self.name} to become ready")
+        except TimeoutError as exc:
+            raise ProcessError(f"{exc}; log tail:\n{self.log_tail()}") from exc
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        """SIGTERM, then SIGKILL after `timeout`. Returns the exit status."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                log.warning("%s did not stop within %.0fs; killing it", self.name, timeout)
+                self.kill9()
+        self._reap_group()
+        return self.proc.returncode
+
+    def kill9(self) -> None:
+        """SIGKILL the whole process group, as a crash would."""
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+        self._reap_group()
+
+    def _reap_group(self) -> None:
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+
+def python_module_argv(module: str, *args: str) -> list[str]:
+    """argv that runs one of our modules with the current interpreter."""
+    return [sys.executable, "-m", module, *args]
