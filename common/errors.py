@@ -66,3 +66,17 @@ class NodeNotFoundError(RegistryError):
 
 class ResourceExhaustedError(BinlogError):
     """The server refuses the request for lack of resources (never retried)."""
+
+
+class NoSpaceError(ResourceExhaustedError):
+    """Free disk space is below `stop-write-at-available-space`: writes are refused."""
+
+
+class NotOnlineError(UnavailableError):
+    """The pump is not `online`, so it refuses prewrite binlogs."""
+
+    retriable = True
+
+
+class StorageClosedError(StorageError):
+    """The storage is closed (shutting down)."""

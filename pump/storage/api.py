@@ -1,0 +1,144 @@
+"""The contract between the pump's storage and the rest of the pump.
+
+The server (gRPC, HTTP, node lifecycle) uses storage only through `PumpStorage`;
+the storage asks the upstream about unfinished transactions only through
+`CommitResolver`.  Both sides are built and tested against these definitions.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import Enum
+from typing import Protocol
+
+from common.pb import binlog_pb2
+
+
+DEFAULT_VALUE_LOG_FILE_SIZE = 500 * 1024 * 1024
+DEFAULT_KV_CHAN_CAP = 1 << 20
+DEFAULT_SLOW_WRITE_THRESHOLD = 1.0
+DEFAULT_STOP_WRITE_AT_AVAILABLE_SPACE = 10 * 1024**3
+DEFAULT_RESOLVE_INTERVAL = 1.0
+DEFAULT_MAX_TXN_TIMEOUT = 600.0
+DEFAULT_SLOW_CHASER_THRESHOLD = 3.0
+DEFAULT_MAX_BATCH_BYTES = 1 << 20
+DEFAULT_WRITE_QUEUE_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class StorageOptions:
+    """Storage tuning; the pump's `[storage]` config section maps onto it (defaults = original's)."""
+
+    value_log_file_size: int = DEFAULT_VALUE_LOG_FILE_SIZE
+    sync_log: bool = True
+    kv_chan_cap: int = DEFAULT_KV_CHAN_CAP
+    slow_write_threshold: float = DEFAULT_SLOW_WRITE_THRESHOLD
+    stop_write_at_available_space: int = DEFAULT_STOP_WRITE_AT_AVAILABLE_SPACE
+    resolve_interval: float = DEFAULT_RESOLVE_INTERVAL
+    max_txn_timeout: float = DEFAULT_MAX_TXN_TIMEOUT
+    slow_chaser_threshold: float = DEFAULT_SLOW_CHASER_THRESHOLD
+    max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES
+    """Group commit: a write batch grows to this many bytes at most (original: 1 MiB)."""
+    write_queue_bytes: int = DEFAULT_WRITE_QUEUE_BYTES
+    """Bytes of binlogs waiting for the vlog writer before write_binlog blocks (memory bound)."""
+
+
+@dataclass(frozen=True)
+class PulledBinlog:
+    """One binlog as PullBinlogs streams it.
+
+    `payload` is a marshaled `binlog.Binlog`: a Commit with start_ts, prewrite_value,
+    ddl_query, ddl_job_id and ddl_schema_state copied from its prewrite, or a fake
+    binlog (tp=Rollback, start_ts == commit_ts) as stored.
+    """
+
+    start_ts: int
+    commit_ts: int
+    payload: bytes
+
+
+class Verdict(Enum):
+    COMMITTED = "committed"  # write the commit binlog with `commit_ts`
+    ROLLED_BACK = "rolled_back"  # drop the prewrite
+    WAIT = "wait"  # ask again later
+
+
+@dataclass(frozen=True)
+class Resolution:
+    verdict: Verdict
+    commit_ts: int = 0
+    reason: str = ""
+
+
+class CommitResolver(Protocol):
+    """Decides the fate of a prewrite whose commit binlog has not arrived.
+
+    Called by the storage after `resolve-interval` of waiting, then again on later
+    wake-ups until it returns something other than WAIT.  Must not block for long
+    (bounded by its own timeouts); errors are its own business (return WAIT).
+    """
+
+    def resolve(self, prewrite: binlog_pb2.Binlog, waited_seconds: float) -> Resolution: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class StorageStatus:
+    max_commit_ts: int
+    gc_ts: int
+    head_fid: int
+    head_offset: int
+    capacity_bytes: int
+    available_bytes: int
+    pending_prewrites: int
+    chaser_on: bool
+    write_count: int
+
+
+class PumpStorage(Protocol):
+    """What the pump server needs from its storage. Every method is thread-safe."""
+
+    def write_binlog(self, binlog: binlog_pb2.Binlog, payload: bytes) -> None:
+        """Store one binlog durably; return only once it is on disk (when sync-log is on).
+
+        `payload` is `binlog` marshaled.  A binlog with start_ts == commit_ts == 0 is a
+        probe: nothing is stored.  Raises NoSpaceError when free space is below the
+        threshold (fake binlogs are still accepted), StorageClosedError after close().
+        """
+        ...
+
+    def pull_commit_binlogs(self, last_ts: int, stop: threading.Event) -> Iterator[PulledBinlog]:
+        """Commit and fake binlogs with commit_ts > last_ts in ascending order, forever.
+
+        Follows new writes; only stops when `stop` is set or the storage closes.  A
+        commit whose prewrite is missing is skipped (logged).  A `last_ts` below the
+        gc ts starts at the gc ts (logged as a possible loss).
+        """
+        ...
+
+    def max_commit_ts(self) -> int:
+        """The watermark: no binlog with commit_ts <= this can still appear."""
+        ...
+
+    def gc_ts(self) -> int: ...
+
+    def gc(self, ts: int) -> None:
+        """Forget binlogs at or below `ts` (keeping 10 extra minutes); ignored if unsafe."""
+        ...
+
+    def all_matched(self) -> bool:
+        """True when no prewrite is waiting for its commit."""
+        ...
+
+    def get_binlog(self, ts: int) -> binlog_pb2.Binlog | None:
+        """The binlog indexed at `ts` (start_ts of a prewrite, commit_ts otherwise)."""
+        ...
+
+    def status(self) -> StorageStatus: ...
+
+    def close(self) -> None:
+        """Stop intake, flush, finalize the vlog, persist pointers. Idempotent."""
+        ...
