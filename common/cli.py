@@ -15,3 +15,24 @@ def fail(command: str, message: str, status: int = 2) -> int:
     """Print one error line for `command` on stderr and return the exit status."""
     print(f"{command}: {message}", file=sys.stderr)
     return status
+
+
+def check_listen_addr(key: str, host: str, port: int) -> None:
+    """Raise ConfigError naming `key` if `host:port` cannot be bound right now (port 0 is always fine).
+
+    gRPC's own bind failure prints a C-core log line and a vague message; this
+    check gives the operator one clear line instead.
+    """
+    import socket
+
+    from common.errors import ConfigError
+
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host.strip("[]"), port))
+        except OSError as exc:
+            raise ConfigError(f"{key}: cannot listen on {host}:{port}: {exc.strerror or exc}") from exc

@@ -38,7 +38,6 @@ T = TypeVar("T")
 _ETCD_ERRORS: tuple[type[BaseException], ...] = (
     grpc.RpcError,
     etcd3.exceptions.Etcd3Exception,
-    ValueError,  # etcd3 raises it when its only endpoint is marked failed
 )
 _WATCH_ERRORS: tuple[type[BaseException], ...] = (EtcdUnavailableError, *_ETCD_ERRORS)
 
@@ -58,6 +57,18 @@ class KeyValue:
     value: bytes
     mod_revision: int
     create_revision: int
+    lease: int = 0
+
+
+def _kv(raw: Any) -> KeyValue:
+    # keys are text in every layout we use; undecodable bytes are escaped, never an error
+    return KeyValue(
+        raw.key.decode("utf-8", "backslashreplace"),
+        bytes(raw.value),
+        int(raw.mod_revision),
+        int(raw.create_revision),
+        int(raw.lease),
+    )
 
 
 class EventType(Enum):
@@ -124,44 +135,53 @@ class EtcdClient:
         return ",".join(f"{h}:{p}" for h, p in self.endpoints)
 
     # -- retry core -------------------------------------------------------
-    def call(self, what: str, fn: Callable[[], T], *, retry_for: float | None = None) -> T:
-        """Run `fn` against etcd, retrying on connection errors for a bounded time."""
+    def call(
+        self,
+        what: str,
+        fn: Callable[[], T],
+        *,
+        retry_for: float | None = None,
+        stop: threading.Event | None = None,
+    ) -> T:
+        """Run `fn` against etcd, retrying on connection errors for a bounded time.
+
+        A set `stop` event ends the retries early (EtcdUnavailableError).
+        """
         deadline = time.monotonic() + (self.retry_for if retry_for is None else retry_for)
         delay = 0.05
         while True:
             try:
                 return fn()
             except _ETCD_ERRORS as exc:
-                if self._closed:
-                    raise EtcdUnavailableError(f"etcd client closed during {what}") from exc
+                if self._closed or (stop is not None and stop.is_set()):
+                    raise EtcdUnavailableError(f"etcd call {what} abandoned: client closed or stopping") from exc
                 if time.monotonic() + delay >= deadline:
                     raise EtcdUnavailableError(
                         f"etcd at {self.describe} unreachable: {what} failed: {_describe_error(exc)}"
                     ) from exc
                 log.debug("etcd %s failed (%s), retrying in %.2fs", what, _describe_error(exc), delay)
-                time.sleep(delay)
+                if stop is not None:
+                    stop.wait(delay)
+                else:
+                    time.sleep(delay)
                 delay = min(delay * 2, 1.0)
 
     # -- key/value --------------------------------------------------------
-    def get(self, key: str) -> KeyValue | None:
-        def op() -> KeyValue | None:
-            resp = self._client.get_response(key)
-            if resp.count < 1:
-                return None
-            kv = resp.kvs[0]
-            return KeyValue(kv.key.decode(), bytes(kv.value), kv.mod_revision, kv.create_revision)
+    def get(self, key: str, *, retry_for: float | None = None) -> KeyValue | None:
+        def op() -> Any:
+            return self._client.get_response(key)
 
-        return self.call(f"get {key}", op)
+        resp = self.call(f"get {key}", op, retry_for=retry_for)
+        return _kv(resp.kvs[0]) if resp.count >= 1 else None
 
-    def get_prefix(self, prefix: str) -> tuple[list[KeyValue], int]:
+    def get_prefix(self, prefix: str, *, stop: threading.Event | None = None) -> tuple[list[KeyValue], int]:
         """All keys under `prefix` sorted by key, and the store revision of the read."""
 
-        def op() -> tuple[list[KeyValue], int]:
-            resp = self._client.get_prefix_response(prefix, sort_order="ascend", sort_target="key")
-            kvs = [KeyValue(kv.key.decode(), bytes(kv.value), kv.mod_revision, kv.create_revision) for kv in resp.kvs]
-            return kvs, int(resp.header.revision)
+        def op() -> Any:
+            return self._client.get_prefix_response(prefix, sort_order="ascend", sort_target="key")
 
-        return self.call(f"get prefix {prefix}", op)
+        resp = self.call(f"get prefix {prefix}", op, stop=stop)
+        return [_kv(kv) for kv in resp.kvs], int(resp.header.revision)
 
     def put(self, key: str, value: bytes | str, *, lease: int | None = None) -> None:
         self.call(f"put {key}", lambda: self._client.put(key, value, lease=lease))
@@ -253,13 +273,15 @@ class PrefixWatcher:
         self._thread.start()
 
     def _emit(self, event: WatchEvent) -> None:
+        if self._stop.is_set():
+            return
         try:
             self._on_event(event)
         except Exception:
             log.exception("watch callback failed for %s", event.key)
 
     def _resync(self) -> int:
-        kvs, revision = self._client.get_prefix(self._prefix)
+        kvs, revision = self._client.get_prefix(self._prefix, stop=self._stop)
         seen = {kv.key: kv for kv in kvs}
         for key in sorted(set(self._known) - set(seen)):
             del self._known[key]
@@ -277,7 +299,7 @@ class PrefixWatcher:
                 revision = self._resync()
                 self.synced.set()
                 it, cancel = self._client.call(
-                    f"watch {self._prefix}", functools.partial(self._watch_from, revision + 1)
+                    f"watch {self._prefix}", functools.partial(self._watch_from, revision + 1), stop=self._stop
                 )
                 with self._lock:
                     self._cancel = cancel
@@ -303,7 +325,7 @@ class PrefixWatcher:
         return self._client._raw_watch(self._prefix, revision)
 
     def _apply(self, ev: Any) -> None:
-        key = ev.key.decode()
+        key = ev.key.decode("utf-8", "backslashreplace")
         revision = int(ev.mod_revision)
         if isinstance(ev, etcd3.events.DeleteEvent):
             self._known.pop(key, None)

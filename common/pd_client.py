@@ -46,8 +46,11 @@ class LeaderInfo:
 
     @classmethod
     def from_json(cls, raw: bytes) -> LeaderInfo:
-        data = json.loads(raw)
-        return cls(str(data["addr"]), int(data["cluster_id"]), str(data.get("token", "")))
+        try:
+            data = json.loads(raw)
+            return cls(str(data["addr"]), int(data["cluster_id"]), str(data.get("token", "")))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise TSOError(f"{LEADER_KEY} holds {raw!r}, not a pd leader record: {exc}") from exc
 
 
 def read_cluster_id(etcd: EtcdClient) -> int | None:
@@ -61,8 +64,8 @@ def read_cluster_id(etcd: EtcdClient) -> int | None:
         raise TSOError(f"{CLUSTER_ID_KEY} holds {kv.value!r}, not a decimal cluster id") from exc
 
 
-def read_leader(etcd: EtcdClient) -> LeaderInfo | None:
-    kv = etcd.get(LEADER_KEY)
+def read_leader(etcd: EtcdClient, *, retry_for: float | None = None) -> LeaderInfo | None:
+    kv = etcd.get(LEADER_KEY, retry_for=retry_for)
     return None if kv is None else LeaderInfo.from_json(kv.value)
 
 
@@ -111,7 +114,9 @@ class TSOClient:
                 raise TSOError("TSO client is closed")
             self._queue.append(waiter)
             self._cond.notify()
-        waiter.done.wait()
+        # the dispatcher answers every waiter by its deadline; the margin only guards against a bug there
+        if not waiter.done.wait(max(0.0, waiter.deadline - time.monotonic()) + 5.0):
+            raise TSOError("TSO dispatcher did not answer (internal error)")
         if waiter.error is not None:
             raise waiter.error
         return waiter.ts
@@ -131,7 +136,19 @@ class TSOClient:
                     return
                 n = min(len(self._queue), self._max_batch)
                 batch = [self._queue.popleft() for _ in range(n)]
-            self._serve(batch)
+            try:
+                self._serve(batch)
+            except Exception as exc:  # never let the dispatcher die with callers waiting
+                log.exception("TSO dispatcher failed")
+                for w in batch:
+                    if not w.done.is_set():
+                        w.error = TSOError(f"TSO request failed: {exc}")
+                        w.done.set()
+
+    def _fail(self, batch: list[_Waiter], error: Exception) -> None:
+        for w in batch:
+            w.error = error
+            w.done.set()
 
     def _serve(self, batch: list[_Waiter]) -> None:
         delay = 0.05
@@ -145,21 +162,22 @@ class TSOClient:
             batch = [w for w in batch if w.deadline > now]
             if not batch:
                 return
+            remaining = min(w.deadline for w in batch) - now
             try:
-                first = self._request(len(batch))
+                first = self._request(len(batch), remaining)
             except ClusterIDMismatchError as exc:
-                for w in batch:
-                    w.error = exc
-                    w.done.set()
+                self._fail(batch, exc)
                 return
             except (grpc.RpcError, UnavailableError, TSOError) as exc:
                 last_error = exc
                 log.warning("TSO request failed (%s); rediscovering pd-server", _brief(exc))
                 self._reset_channel()
                 with self._cond:
-                    if self._closed:
-                        continue
-                time.sleep(delay)
+                    closed = self._closed
+                if closed:
+                    self._fail(batch, TSOError("TSO client is closed"))
+                    return
+                time.sleep(min(delay, max(0.0, remaining)))
                 delay = min(delay * 2, 0.5)
                 continue
             for i, w in enumerate(batch):
@@ -167,12 +185,13 @@ class TSOClient:
                 w.done.set()
             return
 
-    def _request(self, count: int) -> int:
-        stub = self._connect()
+    def _request(self, count: int, remaining: float) -> int:
+        stub = self._connect(remaining)
         leader = self._leader
         assert leader is not None
+        timeout = max(0.05, min(_RPC_TIMEOUT, remaining))
         try:
-            resp = stub.Tso(pd_pb2.TsoRequest(cluster_id=leader.cluster_id, count=count), timeout=_RPC_TIMEOUT)
+            resp = stub.Tso(pd_pb2.TsoRequest(cluster_id=leader.cluster_id, count=count), timeout=timeout)
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
                 raise ClusterIDMismatchError(str(exc.details())) from exc
@@ -182,10 +201,10 @@ class TSOClient:
             raise TSOError(f"pd-server returned {resp.count} timestamps, asked for {count}")
         return int((resp.first.physical << 18) | resp.first.logical)
 
-    def _connect(self) -> pd_pb2_grpc.PDStub:
+    def _connect(self, remaining: float) -> pd_pb2_grpc.PDStub:
         if self._stub is not None:
             return self._stub
-        leader = read_leader(self._etcd)
+        leader = read_leader(self._etcd, retry_for=max(0.0, remaining))
         if leader is None:
             raise UnavailableError(f"no pd-server registered at {LEADER_KEY}")
         log.info("connecting to pd-server at %s (cluster id %d)", leader.addr, leader.cluster_id)

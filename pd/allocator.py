@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable
 
 from common import tso
+from common.errors import UnavailableError
 from common.tso import MAX_LOGICAL
 
 log = logging.getLogger(__name__)
@@ -48,12 +49,26 @@ class TsoAllocator:
         self._physical = start
         self._logical = 0
         self._saved_upper = 0
+        self._valid = True
         self._save(start + save_interval_ms)
         log.info("tso allocator starts at physical=%d (last saved upper %d)", start, last_saved_upper_ms)
 
     @property
     def saved_upper(self) -> int:
         return self._saved_upper
+
+    @property
+    def valid(self) -> bool:
+        return self._valid
+
+    def invalidate(self) -> None:
+        """Stop for good: this allocator's term is over (leadership lost). Idempotent."""
+        with self._lock:
+            self._valid = False
+
+    def _check_valid(self) -> None:
+        if not self._valid:
+            raise UnavailableError("this TSO allocator's leadership term is over")
 
     def _save(self, upper: int) -> None:
         self._persist(upper)  # raises on failure: nothing beyond the old window is handed out
@@ -70,6 +85,7 @@ class TsoAllocator:
         if not 1 <= count < MAX_LOGICAL:
             raise ValueError(f"count {count} out of range 1..{MAX_LOGICAL - 1}")
         with self._lock:
+            self._check_valid()
             if self._logical + count >= MAX_LOGICAL:
                 self._advance(max(self._clock(), self._physical + 1))
             first = tso.compose(self._physical, self._logical)
@@ -79,6 +95,7 @@ class TsoAllocator:
     def tick(self) -> None:
         """Follow the wall clock and persist the window ahead of time (call every ~50 ms)."""
         with self._lock:
+            self._check_valid()
             now = self._clock()
             if now > self._physical:
                 self._advance(now)

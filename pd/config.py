@@ -8,7 +8,7 @@ from typing import Literal
 from common.config import Duration
 from common.errors import ConfigError
 from common.etcd import parse_endpoints
-from pd.server import DEFAULT_CAMPAIGN_TIMEOUT, DEFAULT_LEASE_TTL
+from pd.server import DEFAULT_CAMPAIGN_TIMEOUT, DEFAULT_LEASE_TTL, split_host_port
 
 DEFAULT_PD_URLS = "http://127.0.0.1:2379"
 DEFAULT_ADDR = "127.0.0.1:2390"
@@ -28,8 +28,14 @@ class PDConfig:
 
     def validate(self) -> None:
         parse_endpoints(self.pd_urls)
-        host, sep, port = self.addr.rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise ConfigError(f"addr: {self.addr!r} is not host:port")
+        split_host_port(self.addr)
+        if self.advertise_addr:
+            _, port = split_host_port(self.advertise_addr)
+            if port == 0:
+                raise ConfigError(f"advertise-addr: {self.advertise_addr!r} needs a real port")
+        if self.campaign_timeout <= 0:
+            raise ConfigError(f"campaign-timeout: must be > 0, got {self.campaign_timeout}")
+        if self.etcd_retry < 0:
+            raise ConfigError(f"etcd-retry: must be >= 0, got {self.etcd_retry}")
         if self.lease_ttl < 1:
             raise ConfigError(f"lease-ttl: must be >= 1, got {self.lease_ttl}")

@@ -18,7 +18,7 @@ from types import FrameType
 
 from common.cli import fail
 from common.config import ArgumentParser, add_flags, dump, load_args, run_command
-from common.errors import EtcdUnavailableError, UnavailableError
+from common.errors import ConfigError, EtcdUnavailableError, UnavailableError
 from common.etcd import EtcdClient
 from common.logsetup import setup_logging
 from pd.config import PDConfig
@@ -26,6 +26,8 @@ from pd.server import PDServer
 
 log = logging.getLogger(__name__)
 ENV_PREFIX = "PD"
+CLOCK_SKEW_ENV = "BINLOG_TEST_CLOCK_SKEW_MS"
+"""Test-only: shift this pd-server's clock by N ms (negative = behind) to prove the window keeps TSO monotonic."""
 
 
 @run_command(prog="pd-server")
@@ -56,10 +58,12 @@ def main(argv: list[str] | None = None) -> int:
         advertise_addr=cfg.advertise_addr or None,
         lease_ttl=cfg.lease_ttl,
         campaign_timeout=cfg.campaign_timeout,
+        clock_skew_ms=int(os.environ.get(CLOCK_SKEW_ENV, "0") or 0),
     )
     try:
         server.start()
-    except EtcdUnavailableError as exc:
+    except (EtcdUnavailableError, ConfigError) as exc:
+        server.close()
         etcd.close()
         return fail("pd-server", str(exc))
     except UnavailableError as exc:

@@ -4,11 +4,16 @@ etcd keys (see common/pd_client.py):
     /pd/cluster_id   decimal text, created once (create-if-absent transaction)
     /pd/leader       JSON {addr, cluster_id, token}, bound to a lease of `lease-ttl` s
     /pd/timestamp    decimal ms: upper bound of the TSO window, written only
-                     while /pd/leader still holds this server's token
+                     while /pd/leader still holds this term's token
 
-Lifecycle: connect etcd -> ensure cluster id -> campaign for /pd/leader ->
-load window -> serve gRPC -> keep the lease alive; on losing the lease the
-server stops handing out timestamps and campaigns again.
+Lifecycle: connect etcd -> ensure cluster id -> bind the gRPC port -> campaign
+for /pd/leader -> load window -> serve -> keep the lease alive.
+
+A leadership *term* owns one token, one lease and one allocator.  Timestamps
+are handed out only while the term is valid and its lease is known to be
+alive (a local deadline measured from when the last keep-alive was *sent*).
+When the lease is lost the term's allocator is invalidated for good, and a new
+campaign starts a new term with a fresh allocator loaded from etcd.
 """
 
 from __future__ import annotations
@@ -19,14 +24,18 @@ import random
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from concurrent import futures
+from dataclasses import dataclass
 
 import grpc
 
-from common.errors import BinlogError, EtcdUnavailableError, UnavailableError
+from common.cli import check_listen_addr
+from common.errors import BinlogError, ConfigError, EtcdUnavailableError, UnavailableError
 from common.etcd import EtcdClient
 from common.pb import pd_pb2, pd_pb2_grpc
 from common.pd_client import CLUSTER_ID_KEY, LEADER_KEY, TIMESTAMP_KEY, LeaderInfo
+from common.tso import now_ms
 from pd.allocator import TsoAllocator
 
 log = logging.getLogger(__name__)
@@ -47,6 +56,26 @@ def ensure_cluster_id(etcd: EtcdClient) -> int:
     return int(kv.value.decode())
 
 
+@dataclass
+class _Term:
+    """One leadership term: lease, token and the allocator that may serve in it."""
+
+    lease_id: int
+    value: str
+    allocator: TsoAllocator | None = None
+    lease_deadline: float = 0.0  # monotonic time until which the lease is known to be alive
+
+    def serving(self) -> TsoAllocator | None:
+        alloc = self.allocator
+        if alloc is None or not alloc.valid or time.monotonic() >= self.lease_deadline:
+            return None
+        return alloc
+
+    def end(self) -> None:
+        if self.allocator is not None:
+            self.allocator.invalidate()
+
+
 class _Servicer(pd_pb2_grpc.PDServicer):  # type: ignore[misc]
     def __init__(self, server: PDServer) -> None:
         self._server = server
@@ -59,7 +88,7 @@ class _Servicer(pd_pb2_grpc.PDServicer):  # type: ignore[misc]
                 f"cluster id mismatch: request has {request.cluster_id}, this pd-server serves {cid}",
             )
         count = request.count or 1
-        allocator = self._server.allocator
+        allocator = self._server.serving_allocator()
         if allocator is None:
             context.abort(grpc.StatusCode.UNAVAILABLE, "pd-server is not the leader right now")
         try:
@@ -67,7 +96,7 @@ class _Servicer(pd_pb2_grpc.PDServicer):  # type: ignore[misc]
         except ValueError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except BinlogError as exc:
-            context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot persist the TSO window: {exc}")
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot hand out timestamps: {exc}")
         return pd_pb2.TsoResponse(
             cluster_id=cid,
             first=pd_pb2.Timestamp(physical=first >> 18, logical=first & ((1 << 18) - 1)),
@@ -80,8 +109,15 @@ class _Servicer(pd_pb2_grpc.PDServicer):  # type: ignore[misc]
         return pd_pb2.ClusterInfoResponse(cluster_id=self._server.cluster_id)
 
 
+def split_host_port(addr: str) -> tuple[str, int]:
+    host, sep, port = addr.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"addr: {addr!r} is not host:port with a port in 0..65535")
+    return host, int(port)
+
+
 class PDServer:
-    """One pd-server process: campaign, allocate, serve."""
+    """One pd-server process: bind, campaign, allocate, serve."""
 
     def __init__(
         self,
@@ -91,48 +127,76 @@ class PDServer:
         advertise_addr: str | None = None,
         lease_ttl: int = DEFAULT_LEASE_TTL,
         campaign_timeout: float = DEFAULT_CAMPAIGN_TIMEOUT,
+        clock_skew_ms: int = 0,
     ) -> None:
         self._etcd = etcd
         self._addr = addr
-        self._advertise = advertise_addr or addr
+        self._advertise_cfg = advertise_addr
         self._lease_ttl = lease_ttl
         self._campaign_timeout = campaign_timeout
+        self._clock_skew_ms = clock_skew_ms
         self._stop = threading.Event()
         self._grpc: grpc.Server | None = None
         self._threads: list[threading.Thread] = []
-        self._lease_id: int | None = None
-        self._leader_value = ""
+        self._term: _Term | None = None
         self.cluster_id = 0
-        self.allocator: TsoAllocator | None = None
         self.port = 0
+        self.advertise = ""
+        self._started = False
 
     def start(self) -> None:
+        host, port = split_host_port(self._addr)
+        check_listen_addr("addr", host, port)
         self.cluster_id = ensure_cluster_id(self._etcd)
-        self._campaign(deadline=time.monotonic() + self._campaign_timeout)
-        self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="pd-grpc"))
+        self._grpc = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="pd-grpc"),
+            options=[("grpc.so_reuseport", 0)],  # grpc's default would let a second server share the port
+        )
         pd_pb2_grpc.add_PDServicer_to_server(_Servicer(self), self._grpc)
-        self.port = self._grpc.add_insecure_port(self._addr)
+        try:
+            self.port = self._grpc.add_insecure_port(self._addr)
+        except RuntimeError as exc:
+            raise ConfigError(f"addr: cannot listen on {self._addr}: {exc}") from exc
         if self.port == 0:
-            raise UnavailableError(f"cannot listen on {self._addr}")
-        self._grpc.start()
-        log.info("pd-server serving cluster %d at %s (pid %d)", self.cluster_id, self._addr, os.getpid())
+            raise ConfigError(f"addr: cannot listen on {self._addr}")
+        self.advertise = self._advertise_cfg or f"{host}:{self.port}"
+        self._grpc.start()  # serves UNAVAILABLE until the campaign is won
+        self._campaign(deadline=time.monotonic() + self._campaign_timeout)
+        log.info("pd-server serving cluster %d at %s (pid %d)", self.cluster_id, self.advertise, os.getpid())
         for target, name in ((self._tick_loop, "pd-tick"), (self._lease_loop, "pd-lease")):
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
             self._threads.append(t)
+        self._started = True
+
+    def serving_allocator(self) -> TsoAllocator | None:
+        term = self._term
+        return None if term is None else term.serving()
 
     # -- leadership -------------------------------------------------------
     def _campaign(self, deadline: float) -> None:
-        """Become the leader (waiting for a dead leader's lease to expire) and load the window."""
-        token = uuid.uuid4().hex
-        info = LeaderInfo(self._advertise, self.cluster_id, token)
+        """Win /pd/leader (waiting for a dead leader's lease to expire), then load the window."""
         waited_for = ""
         while not self._stop.is_set():
+            info = LeaderInfo(self.advertise, self.cluster_id, uuid.uuid4().hex)
+            sent = time.monotonic()
             lease_id = self._etcd.grant_lease(self._lease_ttl)
             if self._etcd.create(LEADER_KEY, info.to_json(), lease=lease_id):
-                self._lease_id = lease_id
-                self._leader_value = info.to_json()
-                break
+                term = _Term(lease_id, info.to_json(), lease_deadline=sent + self._lease_ttl)
+                try:
+                    saved = self._etcd.get(TIMESTAMP_KEY)
+                    last = int(saved.value.decode()) if saved else 0
+                    term.allocator = TsoAllocator(last, self._window_saver(term), clock=self._clock)
+                except (BinlogError, ValueError) as exc:
+                    log.warning("won the election but cannot load the TSO window (%s); stepping down", exc)
+                    self._etcd.revoke_lease(lease_id)  # deletes /pd/leader with it
+                    if time.monotonic() > deadline:
+                        raise UnavailableError(f"cannot load the TSO window: {exc}") from exc
+                    self._stop.wait(0.5)
+                    continue
+                self._term = term
+                log.info("became pd leader (lease %x)", lease_id)
+                return
             self._etcd.revoke_lease(lease_id)
             kv = self._etcd.get(LEADER_KEY)
             holder = kv.value.decode() if kv else "?"
@@ -142,22 +206,22 @@ class PDServer:
             if time.monotonic() > deadline:
                 raise UnavailableError(f"another pd-server holds {LEADER_KEY}: {holder}")
             self._stop.wait(0.5)
-        else:
-            return
-        saved = self._etcd.get(TIMESTAMP_KEY)
-        last = int(saved.value.decode()) if saved else 0
-        self.allocator = TsoAllocator(last, self._persist_window)
-        log.info("became pd leader (lease %x)", self._lease_id)
 
-    def _persist_window(self, upper_ms: int) -> None:
-        ok = self._etcd.put_if_value(TIMESTAMP_KEY, str(upper_ms), guard_key=LEADER_KEY, guard_value=self._leader_value)
-        if not ok:
-            self.allocator = None
-            raise UnavailableError("lost pd leadership while saving the TSO window")
+    def _clock(self) -> int:
+        return now_ms() + self._clock_skew_ms
+
+    def _window_saver(self, term: _Term) -> Callable[[int], None]:
+        def save(upper_ms: int) -> None:
+            ok = self._etcd.put_if_value(TIMESTAMP_KEY, str(upper_ms), guard_key=LEADER_KEY, guard_value=term.value)
+            if not ok:
+                term.end()
+                raise UnavailableError("lost pd leadership while saving the TSO window")
+
+        return save
 
     def _tick_loop(self) -> None:
         while not self._stop.wait(_TICK_INTERVAL):
-            allocator = self.allocator
+            allocator = self.serving_allocator()
             if allocator is None:
                 continue
             try:
@@ -167,38 +231,45 @@ class PDServer:
 
     def _lease_loop(self) -> None:
         interval = self._lease_ttl / 3
-        last_ok = time.monotonic()
         while not self._stop.wait(interval):
-            lease_id = self._lease_id
+            term = self._term
+            if term is None:
+                try:
+                    self._campaign(deadline=float("inf"))
+                except BinlogError as exc:
+                    log.warning("campaign failed, retrying: %s", exc)
+                continue
+            sent = time.monotonic()
             try:
-                ttl = self._etcd.refresh_lease(lease_id) if lease_id is not None else 0
+                ttl = self._etcd.refresh_lease(term.lease_id)
             except EtcdUnavailableError as exc:
                 log.warning("cannot refresh the pd leader lease: %s", exc)
                 ttl = -1
-            if ttl > 0:
-                last_ok = time.monotonic()
+            if ttl > 0 and term.allocator is not None and term.allocator.valid:
+                term.lease_deadline = sent + ttl
                 continue
-            if ttl == 0 or time.monotonic() - last_ok > self._lease_ttl:
-                log.warning("pd leader lease lost; stop serving TSO and campaign again")
-                self.allocator = None
-                self._lease_id = None
-                try:
-                    self._campaign(deadline=float("inf"))
-                    last_ok = time.monotonic()
-                except BinlogError as exc:
-                    log.warning("campaign failed: %s", exc)
+            if ttl == 0 or time.monotonic() >= term.lease_deadline or not (term.allocator and term.allocator.valid):
+                log.warning("pd leader term over (lease gone or window lost); campaigning again")
+                term.end()
+                self._term = None
+                self._etcd.revoke_lease(term.lease_id)
 
     def close(self, grace: float = 2.0) -> None:
         """Stop serving, stop threads, give up the leader key. Idempotent."""
         if self._stop.is_set():
             return
-        log.info("pd-server stopping")
+        started = self._started  # a start that failed says so itself; no shutdown chatter then
+        if started:
+            log.info("pd-server stopping")
         self._stop.set()
-        self.allocator = None
+        term, self._term = self._term, None
+        if term is not None:
+            term.end()
         if self._grpc is not None:
             self._grpc.stop(grace).wait(grace + 1)
         for t in self._threads:
             t.join(timeout=5)
-        if self._lease_id is not None:
-            self._etcd.revoke_lease(self._lease_id)
-        log.info("pd-server stopped")
+        if term is not None:
+            self._etcd.revoke_lease(term.lease_id)
+        if started:
+            log.info("pd-server stopped")

@@ -9,6 +9,7 @@ for it raises with the tail of its log.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import os
 import signal
@@ -20,6 +21,17 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 log = logging.getLogger(__name__)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass  # not Linux: the parent's own cleanup still stops the child
 
 
 class ProcessError(RuntimeError):
@@ -63,12 +75,14 @@ class ManagedProcess:
         *,
         env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
+        die_with_parent: bool = True,
     ) -> None:
         self.name = name
         self.argv = list(argv)
         self.log_path = log_path
         self.env = dict(os.environ if env is None else env)
         self.cwd = cwd
+        self.die_with_parent = die_with_parent
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -94,6 +108,7 @@ class ManagedProcess:
                 env=self.env,
                 cwd=self.cwd,
                 start_new_session=True,
+                preexec_fn=_die_with_parent if self.die_with_parent else None,  # noqa: PLW1509
             )
         log.info("started %s (pid %d)", self.name, self.proc.pid)
 
@@ -132,7 +147,10 @@ class ManagedProcess:
             return
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(10)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired as exc:
+            raise ProcessError(f"{self.name} (pid {self.proc.pid}) survived SIGKILL for 10 s") from exc
         self._reap_group()
 
     def _reap_group(self) -> None:

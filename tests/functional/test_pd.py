@@ -6,17 +6,18 @@ import itertools
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from common import tso
-from common.errors import ClusterIDMismatchError
+from common.errors import ClusterIDMismatchError, TSOError, UnavailableError
 from common.etcd import EtcdClient
 from common.pb import pd_pb2, pd_pb2_grpc
-from common.pd_client import CLUSTER_ID_KEY, TIMESTAMP_KEY, TSOClient, read_cluster_id, read_leader
+from common.pd_client import CLUSTER_ID_KEY, LEADER_KEY, TIMESTAMP_KEY, TSOClient, read_cluster_id, read_leader
 from tools.localcluster import EtcdProcess, PDProcess
-from tools.procs import free_port
+from tools.procs import free_port, wait_for
 
 pytestmark = pytest.mark.functional
 
@@ -53,6 +54,8 @@ def test_kill9_and_restart_never_goes_backwards(etcd: EtcdClient, pd_server: PDP
         before = [client.get_ts() for _ in range(200)]
         cluster_id = client.cluster_id
         pd_server.kill9()
+        # the restarted server's clock is two minutes behind: only the persisted window keeps TSO monotonic
+        pd_server.process.env["BINLOG_TEST_CLOCK_SKEW_MS"] = "-120000"
         pd_server.start()
         after = client.get_ts()  # same client: rediscovers and reconnects
         assert after > max(before)
@@ -144,3 +147,96 @@ def test_unknown_key_in_config_file_exits_2(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "unknown key 'lease-tll'" in done.stderr
     assert str(conf) in done.stderr
+
+
+def test_lease_loss_ends_the_term_and_a_new_one_starts(etcd: EtcdClient, pd_server: PDProcess) -> None:
+    client = TSOClient(etcd, timeout=30)
+    try:
+        before = client.get_ts()
+        kv = etcd.get(LEADER_KEY)
+        assert kv is not None
+        assert kv.lease != 0
+        old_token = read_leader(etcd)
+        etcd.revoke_lease(kv.lease)  # as if the lease expired while pd-server was cut off
+
+        def new_term() -> bool:
+            cur = read_leader(etcd)
+            return cur is not None and cur != old_token
+
+        wait_for(new_term, 30, "a new pd term")
+        after = client.get_ts()
+        assert after > before
+        assert pd_server.process.alive
+    finally:
+        client.close()
+
+
+def test_pd_server_survives_an_etcd_restart(etcd_server: EtcdProcess, etcd: EtcdClient, pd_server: PDProcess) -> None:
+    client = TSOClient(etcd, timeout=30)
+    try:
+        before = client.get_ts()
+        etcd_server.restart()
+        after = [client.get_ts() for _ in range(50)]
+        assert after[0] > before
+        assert after == sorted(set(after))
+        assert pd_server.process.alive
+    finally:
+        client.close()
+
+
+def test_port_in_use_exits_2_and_claims_nothing(
+    etcd_server: EtcdProcess, etcd: EtcdClient, pd_server: PDProcess
+) -> None:
+    cmd = [sys.executable, "-m", "pd.main", "--pd-urls", etcd_server.url, "--addr", pd_server.addr]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "cannot listen" in lines[0]
+    leader = read_leader(etcd)
+    assert leader is not None
+    assert leader.addr == pd_server.addr
+
+
+def test_tso_client_close_with_pending_requests_and_deadlines(etcd_server: EtcdProcess) -> None:
+    etcd = EtcdClient(etcd_server.url, timeout=0.5, retry_for=0.5)
+    client = TSOClient(etcd, timeout=0.5)  # no pd-server at all
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(UnavailableError):
+            client.get_ts()
+        assert time.monotonic() - t0 < 3.0  # the deadline bounds the etcd look-up and the RPC
+        errors: list[BaseException] = []
+
+        def waiter() -> None:
+            try:
+                client.get_ts(timeout=30)
+            except BaseException as exc:
+                errors.append(exc)
+
+        th = threading.Thread(target=waiter)
+        th.start()
+        wait_for(lambda: client.rpc_count == 0 and th.is_alive(), 5, "a pending request")
+        t1 = time.monotonic()
+        client.close()
+        th.join(10)
+        assert not th.is_alive()
+        assert time.monotonic() - t1 < 5.0
+        assert len(errors) == 1
+        assert isinstance(errors[0], TSOError)
+        assert "closed" in str(errors[0])
+    finally:
+        client.close()
+        etcd.close()
+
+
+def test_malformed_leader_record_fails_calls_instead_of_hanging(etcd: EtcdClient) -> None:
+    etcd.put(LEADER_KEY, b"not json")
+    client = TSOClient(etcd, timeout=1.0)
+    try:
+        with pytest.raises((UnavailableError, TSOError)):
+            client.get_ts()
+        with pytest.raises((UnavailableError, TSOError)):
+            client.get_ts()  # the dispatcher is still alive
+    finally:
+        client.close()

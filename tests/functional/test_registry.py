@@ -11,6 +11,7 @@ from common.errors import NodeExistsError, NodeNotFoundError, RegistryError
 from common.etcd import EtcdClient
 from common.registry import NodeChange, NodeKind, NodeState, NodeStatus, Registry
 from tools.localcluster import EtcdProcess
+from tools.procs import wait_for
 
 pytestmark = pytest.mark.functional
 
@@ -128,3 +129,64 @@ def test_unreachable_etcd_gives_clear_error_after_bounded_retry() -> None:
             Registry(client).list(NodeKind.PUMP)
     finally:
         client.close()
+
+
+def test_undecodable_key_under_the_prefix_does_not_break_list_or_watch(etcd: EtcdClient) -> None:
+    reg = Registry(etcd)
+    etcd.put("/tidb-binlog/v1/pumps/ok:1", status("ok:1").to_json())
+    etcd._client.put(b"/tidb-binlog/v1/pumps/\xff\xfe", b"{}")  # raw bytes, not UTF-8
+    assert [n.node_id for n in reg.list(NodeKind.PUMP)] == ["ok:1"]
+    changes: queue.Queue[NodeChange] = queue.Queue()
+    watcher = reg.watch(NodeKind.PUMP, changes.put)
+    try:
+        assert _next(changes).node_id == "ok:1"
+        assert watcher.synced.wait(10)
+        assert watcher.restarts == 0
+    finally:
+        watcher.stop()
+
+
+def test_watch_delivers_each_change_once_and_deletes_seen_while_away(
+    etcd_server: EtcdProcess, etcd: EtcdClient
+) -> None:
+    reg = Registry(etcd)
+    for i in range(3):
+        reg.create(NodeKind.DRAINER, status(f"d{i}:1"))
+    changes: queue.Queue[NodeChange] = queue.Queue()
+    watcher = reg.watch(NodeKind.DRAINER, changes.put)
+    try:
+        initial = sorted(_next(changes).node_id for _ in range(3))
+        assert initial == ["d0:1", "d1:1", "d2:1"]
+        etcd_server.process.stop()
+        wait_for(lambda: watcher.restarts >= 1, 20, "the watcher to notice etcd is gone")
+        # etcd comes back with d1 deleted and d2 updated by someone else
+        etcd_server.start()
+        other = EtcdClient(etcd_server.url, retry_for=20)
+        try:
+            other.delete("/tidb-binlog/v1/drainers/d1:1")
+            Registry(other).update(NodeKind.DRAINER, status("d2:1", NodeState.PAUSED))
+        finally:
+            other.close()
+        got: list[tuple[str, NodeState | None]] = []
+        while ("d1:1", None) not in got or ("d2:1", NodeState.PAUSED) not in got:
+            c = _next(changes)
+            got.append((c.node_id, None if c.status is None else c.status.state))
+        with pytest.raises(queue.Empty):
+            changes.get(timeout=1.0)  # nothing delivered twice
+        assert len(got) == len(set(got))
+        assert all(node != "d0:1" for node, _ in got)  # unchanged node not re-reported
+    finally:
+        watcher.stop()
+
+
+def test_watcher_stop_is_prompt_while_etcd_is_down(etcd_server: EtcdProcess, etcd: EtcdClient) -> None:
+    import time
+
+    reg = Registry(etcd)
+    watcher = reg.watch(NodeKind.PUMP, lambda change: None)
+    assert watcher.synced.wait(10)
+    etcd_server.process.stop()
+    wait_for(lambda: watcher.restarts >= 1, 20, "the watcher to notice etcd is gone")
+    t0 = time.monotonic()
+    watcher.stop()
+    assert time.monotonic() - t0 < 3.0

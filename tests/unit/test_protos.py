@@ -16,6 +16,9 @@ def test_generated_modules_are_up_to_date(tmp_path: Path) -> None:
         if not checked_in.exists() or checked_in.read_bytes() != path.read_bytes():
             stale.append(path.name)
     assert not stale, f"common/pb is stale, run `make proto`: {stale}"
+    generated = {p.name for p in regen.PB_DIR.iterdir() if p.name.endswith(("_pb2.py", "_pb2.pyi", "_pb2_grpc.py"))}
+    leftovers = generated - {p.name for p in written}
+    assert not leftovers, f"generated modules without a .proto: {sorted(leftovers)}"
 
 
 def test_registered_file_and_package_names() -> None:
