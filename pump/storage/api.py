@@ -15,7 +15,6 @@ from typing import Protocol
 
 from common.pb import binlog_pb2
 
-
 DEFAULT_VALUE_LOG_FILE_SIZE = 500 * 1024 * 1024
 DEFAULT_KV_CHAN_CAP = 1 << 20
 DEFAULT_SLOW_WRITE_THRESHOLD = 1.0
