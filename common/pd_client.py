@@ -91,6 +91,8 @@ class TSOClient:
         self._stub: pd_pb2_grpc.PDStub | None = None
         self._leader: LeaderInfo | None = None
         self.rpc_count = 0
+        self._failing_since: float | None = None
+        self._failures = 0
         self._thread = threading.Thread(target=self._dispatch_loop, name="tso-dispatcher", daemon=True)
         self._thread.start()
 
@@ -170,7 +172,12 @@ class TSOClient:
                 return
             except (grpc.RpcError, UnavailableError, TSOError) as exc:
                 last_error = exc
-                log.warning("TSO request failed (%s); rediscovering pd-server", _brief(exc))
+                self._failures += 1
+                if self._failing_since is None:  # one warning per outage, details at debug level
+                    self._failing_since = time.monotonic()
+                    log.warning("TSO request failed (%s); rediscovering pd-server", _brief(exc))
+                else:
+                    log.debug("TSO request failed again (%s)", _brief(exc))
                 self._reset_channel()
                 with self._cond:
                     closed = self._closed
@@ -180,6 +187,13 @@ class TSOClient:
                 time.sleep(min(delay, max(0.0, remaining)))
                 delay = min(delay * 2, 0.5)
                 continue
+            if self._failing_since is not None:
+                log.info(
+                    "TSO requests succeed again after %.1fs and %d failed attempts",
+                    time.monotonic() - self._failing_since,
+                    self._failures,
+                )
+                self._failing_since, self._failures = None, 0
             for i, w in enumerate(batch):
                 w.ts = first + i
                 w.done.set()
