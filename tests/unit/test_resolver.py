@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from common.dsn import SqliteDSN
 from common.errors import CodecError
 from common.pb import binlog_pb2
-from common.txnstatus import SqliteDSN, TxnState, TxnStatus, TxnStatusConflictError, TxnStatusStore
+from common.txnstatus import TxnState, TxnStatus, TxnStatusConflictError, TxnStatusStore
 from pump.resolver import NullResolver, ResolverStats, TxnStatusResolver, open_resolver
 from pump.storage.api import CommitResolver, Resolution, Verdict
 

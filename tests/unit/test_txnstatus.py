@@ -14,16 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from common.dsn import MySQLDSN, SqliteDSN, parse_dsn
 from common.errors import CodecError, ConfigError, StorageClosedError, UnavailableError
 from common.txnstatus import (
     TABLE,
-    MySQLDSN,
-    SqliteDSN,
     TxnState,
     TxnStatus,
     TxnStatusConflictError,
     TxnStatusStore,
-    parse_dsn,
 )
 
 REPO = Path(__file__).resolve().parents[2]
