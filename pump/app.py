@@ -1,0 +1,319 @@
+"""`PumpApp`: builds and wires one pump (storage, resolver, registry node, gRPC, HTTP, background).
+
+Start-up (`start()`), reference §1.7:
+    etcd + TSO client, cluster id -> node id -> resolver + storage -> metrics, servicer, gRPC bound
+    -> HTTP serving -> register `online` -> Notify every online drainer if this pump is new or was
+    offline (any failure: publish `offline`, close, raise NotifyError) -> gRPC serving -> heartbeat
+    -> background (fake binlogs, GC, drainer checkpoint warning).
+
+Shut-down (`close()`, idempotent, each step logged):
+    1. stop intake: refuse prewrites (local state pausing/closing), stop the heartbeat, publish
+       `pausing` when pausing
+    2. stop background loops
+    3. when closing: wait until it is safe to go offline (fake binlogs until drainers caught up)
+    4. close pull streams
+    5. stop gRPC (bounded by GRPC_STOP_GRACE)
+    6. close storage, then the resolver
+    7. update registry: publish `paused` or `offline`
+    8. stop HTTP, close TSO client and etcd
+
+Pause (`PUT /state/<id>/pause`, SIGTERM, SIGINT) ends as `paused`; close (`PUT /state/<id>/close`) ends
+as `offline`, or as `paused` when a signal interrupts the offline wait.  `run()` blocks until one of
+them is asked for, then closes and returns the exit status.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final, TypeVar
+
+from common.errors import BinlogError, UnavailableError
+from common.etcd import EtcdClient
+from common.pb import binlog_pb2
+from common.pd_client import TSOClient
+from common.registry import NodeKind, NodeState, NodeStatus, Registry
+from pump.background import Background, write_fake_binlog
+from pump.config import PumpConfig
+from pump.http_api import StatusServer
+from pump.metrics import PumpMetrics
+from pump.node import (
+    OFFLINE_CHECK_INTERVAL,
+    ApproxClock,
+    NotifyError,
+    NotifyPolicy,
+    PumpNode,
+    resolve_node_id,
+    wait_safe_to_offline,
+)
+from pump.server import GrpcServer, PumpService
+from pump.storage.api import CommitResolver, PumpStorage, StorageOptions, StorageStatus
+
+log = logging.getLogger(__name__)
+
+GRPC_STOP_GRACE: Final = 10.0
+"""Seconds gRPC gets to finish running calls at shutdown (original: GracefulStop capped at 10 s)."""
+
+StorageFactory = Callable[[Path, StorageOptions, CommitResolver], PumpStorage]
+ResolverFactory = Callable[[PumpConfig], CommitResolver]
+T = TypeVar("T")
+
+
+def default_storage_factory(data_dir: Path, options: StorageOptions, resolver: CommitResolver) -> PumpStorage:
+    """The real storage, `pump.storage.storage.Storage` (imported only when a pump really starts)."""
+    module = importlib.import_module("pump.storage.storage")
+    storage: PumpStorage = module.Storage(data_dir, options, resolver)
+    return storage
+
+
+def default_resolver_factory(cfg: PumpConfig) -> CommitResolver:
+    """`TxnStatusResolver` over `[upstream] txn-status-dsn`, or `NullResolver` when it is empty."""
+    from pump.resolver import open_resolver
+
+    return open_resolver(cfg.upstream.txn_status_dsn, max_txn_timeout=cfg.storage.max_txn_timeout)
+
+
+class PumpApp:
+    """One pump process's components and lifecycle.  Also the HTTP API's backend."""
+
+    def __init__(
+        self,
+        cfg: PumpConfig,
+        *,
+        storage_factory: StorageFactory | None = None,
+        resolver_factory: ResolverFactory | None = None,
+        notify_policy: NotifyPolicy | None = None,
+        offline_check_interval: float = OFFLINE_CHECK_INTERVAL,
+    ) -> None:
+        cfg.check_supported()
+        self.cfg = cfg
+        self._storage_factory = storage_factory or default_storage_factory
+        self._resolver_factory = resolver_factory or default_resolver_factory
+        self._notify_policy = notify_policy
+        self._offline_check_interval = offline_check_interval
+        self._shutdown = threading.Event()
+        self._abort_offline = threading.Event()
+        self._close_lock = threading.Lock()
+        self._closed = False
+        self.clock = ApproxClock()
+        self.etcd: EtcdClient | None = None
+        self.tso: TSOClient | None = None
+        self.registry: Registry | None = None
+        self.cluster_id = 0
+        self.resolver: CommitResolver | None = None
+        self.storage: PumpStorage | None = None
+        self.metrics: PumpMetrics | None = None
+        self.node: PumpNode | None = None
+        self.service: PumpService | None = None
+        self.grpc: GrpcServer | None = None
+        self.http: StatusServer | None = None
+        self.background: Background | None = None
+
+    # ------------------------------------------------------------------------------------ start
+    def start(self) -> None:
+        """Build, register and serve; on failure everything built so far is closed and the error raised."""
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self) -> None:
+        cfg = self.cfg
+        self.etcd = EtcdClient(cfg.pd_urls)
+        self.tso = TSOClient(self.etcd)
+        self.registry = Registry(self.etcd)
+        self.cluster_id = self.tso.cluster_id
+        node_id = resolve_node_id(cfg.data_dir, cfg.node_id, cfg.listen_port)
+        log.info("pump node_id=%s cluster_id=%d data_dir=%s", node_id, self.cluster_id, cfg.data_dir)
+
+        self.resolver = self._resolver_factory(cfg)
+        self.storage = storage = self._storage_factory(cfg.data_dir, cfg.storage_options(), self.resolver)
+        self.metrics = PumpMetrics(storage.status)
+        self.node = node = PumpNode(
+            self.registry,
+            self.tso,
+            self.clock,
+            node_id=node_id,
+            host=cfg.advertise,
+            max_commit_ts=storage.max_commit_ts,
+            heartbeat_interval=cfg.heartbeat_interval,
+            notify_policy=self._notify_policy,
+        )
+        self.service = PumpService(storage, self.cluster_id, lambda: node.state, self.metrics)
+        self.grpc = GrpcServer(self.service, cfg.addr, socket=cfg.socket, max_message_size=cfg.max_message_size)
+        self.http = StatusServer(self, cfg.status_addr)
+        self.http.start()
+
+        previous = node.register()
+        if previous is None or previous is NodeState.OFFLINE:
+            try:
+                node.notify_drainers()
+            except NotifyError as exc:
+                log.error("node_id=%s: %s; registering offline", node_id, exc)
+                node.transition(NodeState.OFFLINE)
+                node.publish(NodeState.OFFLINE)
+                raise NotifyError(f"{exc}; pump {node_id} registered offline and stops") from exc
+
+        self.grpc.start()
+        node.start_heartbeat()
+        self.background = Background(
+            storage,
+            self.tso,
+            self.registry,
+            self.metrics,
+            write_count=lambda: self.service.write_count if self.service else 0,
+            fake_interval=cfg.gen_binlog_interval,
+            gc_keep=cfg.gc,
+            clock=self.clock,
+        )
+        self.background.start()
+        log.info("pump %s is online: gRPC %s (port %d), HTTP %s", node_id, cfg.addr, self.grpc.port, self.http.addr)
+
+    # -------------------------------------------------------------------------------------- run
+    def run(self) -> int:
+        """Serve until pause or close is asked for, then close; returns the exit status (0)."""
+        self._shutdown.wait()
+        self.close()
+        return 0
+
+    def request_pause(self) -> None:
+        """SIGTERM / SIGINT: pause (a second request, or one during the offline wait, cuts that wait short)."""
+        node = self.node
+        if node is not None and node.state is NodeState.ONLINE:
+            with contextlib.suppress(BinlogError):  # an action won the race
+                node.transition(NodeState.PAUSING)
+        if self._shutdown.is_set():
+            self._abort_offline.set()
+        self._shutdown.set()
+
+    @property
+    def shutdown_requested(self) -> bool:
+        return self._shutdown.is_set()
+
+    # ------------------------------------------------------------------------------------ close
+    def close(self) -> None:
+        """Shut down in the documented order; idempotent, every step logged, no step skipped on errors."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._shutdown.set()
+        node = self.node
+        final: NodeState | None = None
+
+        log.info("close 1/8: stop intake")
+        if node is not None:
+            if node.state is NodeState.ONLINE:
+                _step("refuse prewrites", lambda: node.transition(NodeState.PAUSING))
+            node.stop_heartbeat()
+            if node.state is NodeState.PAUSING:
+                final = NodeState.PAUSED
+                _step("publish pausing", lambda: node.publish(NodeState.PAUSING))
+            elif node.state is NodeState.CLOSING:
+                final = NodeState.OFFLINE
+
+        log.info("close 2/8: stop background")
+        if self.background is not None:
+            _step("stop background", self.background.stop)
+
+        if final is NodeState.OFFLINE:
+            log.info("close 3/8: wait until it is safe to go offline")
+            if not _step("offline wait", self._wait_safe_to_offline, default=False):
+                log.warning("offline wait interrupted: the pump ends paused, not offline")
+                final = NodeState.PAUSED
+        else:
+            log.info("close 3/8: no offline wait (not closing)")
+
+        log.info("close 4/8: close pull streams")
+        if self.service is not None:
+            _step("close pull streams", self.service.close_streams)
+
+        log.info("close 5/8: stop gRPC (at most %.0fs)", GRPC_STOP_GRACE)
+        if self.grpc is not None:
+            grpc_server = self.grpc
+            _step("stop gRPC", lambda: grpc_server.stop(GRPC_STOP_GRACE))
+
+        log.info("close 6/8: close storage")
+        if node is not None:
+            _step("snapshot maxCommitTS", node.freeze_max_commit_ts)
+        if self.storage is not None:
+            _step("close storage", self.storage.close)
+        if self.resolver is not None:
+            _step("close resolver", self.resolver.close)
+
+        log.info("close 7/8: update registry")
+        if node is not None and final is not None:
+            target = final
+            _step(f"state {target.value}", lambda: node.transition(target))
+            _step(f"publish {target.value}", lambda: node.publish(target))
+
+        log.info("close 8/8: stop HTTP, close TSO client and etcd")
+        if self.http is not None:
+            _step("stop HTTP", self.http.stop)
+        if self.tso is not None:
+            _step("close TSO client", self.tso.close)
+        if self.etcd is not None:
+            _step("close etcd", self.etcd.close)
+        log.info("pump closed%s", f" ({final.value})" if final else "")
+
+    def _wait_safe_to_offline(self) -> bool:
+        storage, tso, registry = self.storage, self.tso, self.registry
+        assert storage is not None
+        assert tso is not None
+        assert registry is not None
+        return wait_safe_to_offline(
+            write_fake=lambda: write_fake_binlog(storage, tso, self.clock),
+            all_matched=storage.all_matched,
+            max_commit_ts=storage.max_commit_ts,
+            registry=registry,
+            abort=self._abort_offline,
+            interval=self._offline_check_interval,
+        )
+
+    # ------------------------------------------------------------------- HTTP backend (PumpHTTPBackend)
+    def pump_statuses(self) -> list[NodeStatus]:
+        return _need(self.registry).list(NodeKind.PUMP)
+
+    def drainer_statuses(self) -> list[NodeStatus]:
+        return _need(self.registry).list(NodeKind.DRAINER)
+
+    def fresh_ts(self) -> int:
+        ts = _need(self.tso).get_ts()
+        self.clock.observe(ts)
+        return ts
+
+    def storage_status(self) -> StorageStatus:
+        return _need(self.storage).status()
+
+    def apply_action(self, node_id: str, action: str) -> None:
+        _need(self.node).apply_action(node_id, action)
+        self._shutdown.set()
+
+    def trigger_gc(self) -> bool:
+        return _need(self.background).trigger_gc()
+
+    def get_binlog(self, ts: int) -> binlog_pb2.Binlog | None:
+        return _need(self.storage).get_binlog(ts)
+
+    def metrics_text(self) -> bytes:
+        return _need(self.metrics).render()
+
+
+def _need(component: T | None) -> T:
+    if component is None:
+        raise UnavailableError("the pump is not started")
+    return component
+
+
+def _step(what: str, fn: Callable[[], T], default: T | None = None) -> T | None:
+    """Run one shutdown step; a failure is logged and the shutdown goes on."""
+    try:
+        return fn()
+    except Exception:
+        log.exception("close: %s failed", what)
+        return default

@@ -1,0 +1,190 @@
+"""The pump's background work (reference §1.6): fake binlogs, GC, and the drainer purge warning.
+
+* Fake binlog: every `gen-binlog-interval`, if no WriteBinlog was stored since the last tick, take a TSO
+  from pd-server and write `Binlog{tp: Rollback, start_ts: ts, commit_ts: ts}` through
+  `storage.write_binlog`, so drainers merging this pump keep moving.
+* GC: every hour (`GC_INTERVAL`) and on `trigger_gc()` (POST /debug/gc/trigger), gc ts = the current
+  TSO minus `gc` seconds, then `storage.gc(gc_ts)`.  GC does not wait for drainers (as the original).
+* Purge warning: every 10 minutes, each non-offline drainer whose maxCommitTS < gc ts + 20 h is logged
+  at ERROR and counted in `binlog_pump_detected_drainer_binlog_purge_count{id}`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from typing import Final
+
+from common import tso as tsolib
+from common.errors import BinlogError
+from common.pb import binlog_pb2, gogo
+from common.registry import NodeKind, NodeState, NodeStatus, Registry
+from pump.metrics import PumpMetrics
+from pump.node import ApproxClock, TimestampSource
+from pump.storage.api import PumpStorage
+
+log = logging.getLogger(__name__)
+
+GC_INTERVAL: Final = 3600.0
+DETECT_DRAINER_INTERVAL: Final = 600.0
+EARLY_ALERT_GC: Final = 20 * 3600.0
+"""A drainer whose checkpoint is less than this far above the gc ts is warned about (original: 20 h)."""
+
+
+def write_fake_binlog(storage: PumpStorage, tso: TimestampSource, clock: ApproxClock | None = None) -> int:
+    """Write one fake binlog with a fresh TSO; returns its ts. Raises BinlogError on failure."""
+    ts = tso.get_ts()
+    if clock is not None:
+        clock.observe(ts)
+    storage.write_binlog(binlog_pb2.Binlog(tp=binlog_pb2.Rollback, start_ts=ts, commit_ts=ts), gogo.fake_binlog(ts))
+    log.debug("wrote fake binlog ts=%d", ts)
+    return ts
+
+
+def gc_ts_for(now_ts: int, keep_seconds: float) -> int:
+    """The TSO `keep_seconds` before `now_ts` (logical part 0)."""
+    return tsolib.compose(max(0, tsolib.physical(now_ts) - int(keep_seconds * 1000)), 0)
+
+
+def drainers_at_risk(
+    drainers: Iterable[NodeStatus], gc_ts: int, margin_seconds: float = EARLY_ALERT_GC
+) -> list[NodeStatus]:
+    """Non-offline drainers whose checkpoint is below gc ts + margin: GC may soon purge what they need."""
+    limit = gc_ts + (int(margin_seconds * 1000) << tsolib.LOGICAL_BITS)
+    return [d for d in drainers if d.state is not NodeState.OFFLINE and d.max_commit_ts < limit]
+
+
+class Background:
+    """The three background loops, each on its own thread; `stop()` joins them."""
+
+    def __init__(
+        self,
+        storage: PumpStorage,
+        tso: TimestampSource,
+        registry: Registry,
+        metrics: PumpMetrics,
+        *,
+        write_count: Callable[[], int],
+        fake_interval: float,
+        gc_keep: float,
+        clock: ApproxClock | None = None,
+        gc_interval: float = GC_INTERVAL,
+        detect_interval: float = DETECT_DRAINER_INTERVAL,
+    ) -> None:
+        self._storage = storage
+        self._tso = tso
+        self._registry = registry
+        self._metrics = metrics
+        self._write_count = write_count
+        self._fake_interval = fake_interval
+        self._gc_keep = gc_keep
+        self._clock = clock
+        self._gc_interval = gc_interval
+        self._detect_interval = detect_interval
+        self._stop = threading.Event()
+        self._gc_trigger = threading.Event()
+        self._gc_lock = threading.Lock()
+        self._gc_running = False
+        self._threads: list[threading.Thread] = []
+        self.last_gc_ts = 0
+        self._last_write_count = write_count()
+
+    def start(self) -> None:
+        for target, name in (
+            (self._fake_loop, "pump-fake-binlog"),
+            (self._gc_loop, "pump-gc"),
+            (self._detect_loop, "pump-detect-drainer"),
+        ):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._gc_trigger.set()
+        for thread in self._threads:
+            thread.join()
+        self._threads.clear()
+
+    # ------------------------------------------------------------------------------------ fake
+    def fake_tick(self) -> bool:
+        """One tick of the fake binlog loop: write one if no WriteBinlog was stored since the last tick."""
+        count = self._write_count()
+        if count != self._last_write_count:
+            self._last_write_count = count
+            return False
+        try:
+            write_fake_binlog(self._storage, self._tso, self._clock)
+        except BinlogError as exc:
+            log.warning("cannot write a fake binlog: %s", exc)
+            return False
+        return True
+
+    def _fake_loop(self) -> None:
+        while not self._stop.wait(self._fake_interval):
+            self.fake_tick()
+
+    # -------------------------------------------------------------------------------------- gc
+    def trigger_gc(self) -> bool:
+        """Ask for a GC now; False when one is already running ("gc is working")."""
+        with self._gc_lock:
+            if self._gc_running:
+                return False
+            self._gc_trigger.set()
+            return True
+
+    def gc_once(self) -> int | None:
+        """Run one GC: returns the gc ts handed to the storage, or None if no TSO could be had."""
+        with self._gc_lock:
+            self._gc_running = True
+        try:
+            now = self._tso.get_ts()
+            gc_ts = gc_ts_for(now, self._gc_keep)
+            log.info("gc: dropping binlogs with ts <= %d (%s)", gc_ts, tsolib.to_datetime(gc_ts).isoformat())
+            self._storage.gc(gc_ts)
+            self.last_gc_ts = gc_ts
+            return gc_ts
+        except BinlogError as exc:
+            log.warning("gc failed: %s", exc)
+            return None
+        finally:
+            with self._gc_lock:
+                self._gc_running = False
+
+    def _gc_loop(self) -> None:
+        while True:
+            self._gc_trigger.wait(self._gc_interval)
+            if self._stop.is_set():
+                return
+            self._gc_trigger.clear()
+            self.gc_once()
+
+    # ---------------------------------------------------------------------------------- detect
+    def detect_once(self) -> list[str]:
+        """Warn about drainers that GC may leave behind; returns their node ids."""
+        gc_ts = self._storage.gc_ts()
+        if gc_ts <= 0:
+            return []
+        try:
+            drainers = self._registry.list(NodeKind.DRAINER)
+        except BinlogError as exc:
+            log.warning("cannot list drainers: %s", exc)
+            return []
+        at_risk = drainers_at_risk(drainers, gc_ts)
+        for d in at_risk:
+            log.error(
+                "drainer %s checkpoint commit_ts=%d is close to the gc ts %d: binlogs it needs may be purged",
+                d.node_id,
+                d.max_commit_ts,
+                gc_ts,
+            )
+            self._metrics.drainer_purge.labels(id=d.node_id).inc()
+        return [d.node_id for d in at_risk]
+
+    def _detect_loop(self) -> None:
+        while not self._stop.wait(self._detect_interval):
+            try:
+                self.detect_once()
+            except BinlogError as exc:
+                log.warning("drainer checkpoint check failed: %s", exc)

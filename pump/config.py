@@ -1,0 +1,351 @@
+"""pump configuration: defaults < pump.toml < PUMP_* environment < flags (reference §1.8).
+
+Keys are the original `pump.toml` ones, plus a few of ours:
+
+    status-addr              HTTP status / metrics address. grpcio cannot share a port with HTTP/1.1,
+                             so the original's single cmux port becomes two (DESIGN §4).
+    [storage] value-log-file-size, resolve-interval, max-txn-timeout
+    [upstream] txn-status-dsn
+
+`gc` keeps the original's two spellings: a plain number is a number of DAYS (`gc = 7`, `PUMP_GC=7`,
+`--gc 7`) and a string with a unit is a duration (`gc = "8h"`).  The config framework knows only
+durations, so `load_config` re-reads the raw value of the winning source and converts it; always load
+a `PumpConfig` through `load_config` / `parse_args`, never through `common.config.load` directly.
+`PumpConfig.gc` holds seconds.
+
+The original's deprecated keys (`binlog-file-size`, `enable-binlog-slice`, `binlog-slice-size`,
+`log-rotate`) and its push-gateway flags (`metrics-addr`, `metrics-interval`) are accepted and ignored;
+`PumpConfig.ignored_keys()` lists the ones that are set so `main` can warn about them.
+`[storage.kv]` keys are accepted and advisory: the plyvel index keeps its own tuning.
+`[security]` is parsed and kept, but TLS is a later issue: `check_supported()` refuses it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final, Literal
+
+from common.config import (
+    ArgumentParser,
+    ByteSize,
+    Duration,
+    add_flags,
+    env_name,
+    flags_from_args,
+    load,
+    parse_duration,
+)
+from common.config.cli import CONFIG_FILE_DEST
+from common.errors import ConfigError
+from common.etcd import parse_endpoints
+from pump.storage.api import (
+    DEFAULT_KV_CHAN_CAP,
+    DEFAULT_MAX_TXN_TIMEOUT,
+    DEFAULT_RESOLVE_INTERVAL,
+    DEFAULT_SLOW_WRITE_THRESHOLD,
+    DEFAULT_STOP_WRITE_AT_AVAILABLE_SPACE,
+    DEFAULT_VALUE_LOG_FILE_SIZE,
+    StorageOptions,
+)
+
+ENV_PREFIX: Final = "PUMP"
+
+DEFAULT_ADDR: Final = "127.0.0.1:8250"
+"""Original: first non-loopback IPv4 + :8250; its sample uses 127.0.0.1:8250."""
+DEFAULT_STATUS_ADDR: Final = "127.0.0.1:18250"
+"""Ours: HTTP status and metrics (the original served them on `addr` through cmux)."""
+DEFAULT_PD_URLS: Final = "http://127.0.0.1:2379"
+DEFAULT_DATA_DIR: Final = Path("data.pump")
+DEFAULT_HEARTBEAT_INTERVAL: Final = 2.0
+SECONDS_PER_DAY: Final = 86_400
+DEFAULT_GC_DAYS: Final = 7
+DEFAULT_GC: Final = float(DEFAULT_GC_DAYS * SECONDS_PER_DAY)
+DEFAULT_GEN_BINLOG_INTERVAL: Final = 3.0
+MAX_MESSAGE_SIZE_LIMIT: Final = 2 * 1024**3
+"""grpcio takes a C int; the original's MaxInt - 4 MiB does not fit, so we cap at 2 GiB."""
+DEFAULT_MAX_MESSAGE_SIZE: Final = MAX_MESSAGE_SIZE_LIMIT - 4 * 1024**2
+"""Original: MaxInt - 4 MiB."""
+DEFAULT_LOG_LEVEL: Final = "info"
+
+LogLevel = Literal["debug", "info", "warn", "warning", "error", "fatal"]
+
+
+def _positive(value: float) -> None:
+    if not value > 0:
+        raise ValueError("must be > 0")
+
+
+def _host_port(value: str) -> None:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError("must be host:port")
+
+
+def _message_size(value: int) -> None:
+    if not 0 < value <= MAX_MESSAGE_SIZE_LIMIT:
+        raise ValueError(f"must be between 1 and {MAX_MESSAGE_SIZE_LIMIT} (2 GiB)")
+
+
+def _etcd_urls(value: str) -> None:
+    parse_endpoints(value)
+
+
+@dataclass(frozen=True)
+class SecurityConfig:
+    """`[security]`: parsed and kept; TLS itself is not supported yet (see `PumpConfig.check_supported`)."""
+
+    ssl_ca: str = field(default="", metadata={"help": "CA certificate file (TLS: not supported yet)"})
+    ssl_cert: str = field(default="", metadata={"help": "certificate file (TLS: not supported yet)"})
+    ssl_key: str = field(default="", metadata={"help": "private key file (TLS: not supported yet)"})
+    cert_allowed_cn: tuple[str, ...] = field(default=(), metadata={"help": "allowed peer certificate CNs"})
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.ssl_ca or self.ssl_cert or self.ssl_key or self.cert_allowed_cn)
+
+
+@dataclass(frozen=True)
+class KVConfig:
+    """`[storage.kv]`: the original's goleveldb tuning. Accepted for compatibility; advisory for plyvel."""
+
+    block_cache_capacity: ByteSize = 8 * 1024 * 1024
+    block_restart_interval: int = 16
+    block_size: ByteSize = 4096
+    compaction_l0_trigger: int = field(default=8, metadata={"key": "compaction-L0-trigger"})
+    compaction_table_size: ByteSize = 64 * 1024 * 1024
+    compaction_total_size: ByteSize = 512 * 1024 * 1024
+    compaction_total_size_multiplier: float = 8.0
+    write_buffer: ByteSize = 64 * 1024 * 1024
+    write_l0_pause_trigger: int = field(default=24, metadata={"key": "write-L0-pause-trigger"})
+    write_l0_slowdown_trigger: int = field(default=17, metadata={"key": "write-L0-slowdown-trigger"})
+
+
+@dataclass(frozen=True)
+class StorageConfig:
+    sync_log: bool = field(default=True, metadata={"help": "fdatasync every write batch"})
+    kv_chan_cap: int = field(
+        default=DEFAULT_KV_CHAN_CAP,
+        metadata={"key": "kv_chan_cap", "help": "index queue capacity", "validate": _positive},
+    )
+    slow_write_threshold: Duration = field(
+        default=DEFAULT_SLOW_WRITE_THRESHOLD,
+        metadata={"key": "slow_write_threshold", "help": "log storage writes slower than this", "validate": _positive},
+    )
+    stop_write_at_available_space: ByteSize = field(
+        default=DEFAULT_STOP_WRITE_AT_AVAILABLE_SPACE, metadata={"help": "refuse writes below this much free space"}
+    )
+    value_log_file_size: ByteSize = field(
+        default=DEFAULT_VALUE_LOG_FILE_SIZE,
+        metadata={"help": "rotate value log files at this size", "validate": _positive},
+    )
+    resolve_interval: Duration = field(
+        default=DEFAULT_RESOLVE_INTERVAL,
+        metadata={"help": "ask the upstream about a prewrite without commit after this long", "validate": _positive},
+    )
+    max_txn_timeout: Duration = field(
+        default=DEFAULT_MAX_TXN_TIMEOUT,
+        metadata={"help": "drop a prewrite the upstream does not know after this long", "validate": _positive},
+    )
+    kv: KVConfig = field(default_factory=KVConfig)
+
+
+@dataclass(frozen=True)
+class UpstreamConfig:
+    txn_status_dsn: str = field(
+        default="",
+        metadata={"help": "transaction status store of the upstream writer (sqlite path or mysql DSN); empty = none"},
+    )
+
+
+_IGNORED_KEYS: Final = (
+    ("binlog_file_size", "binlog-file-size", "deprecated"),
+    ("enable_binlog_slice", "enable-binlog-slice", "deprecated"),
+    ("binlog_slice_size", "binlog-slice-size", "deprecated"),
+    ("log_rotate", "log-rotate", "deprecated"),
+    ("metrics_addr", "metrics-addr", "Prometheus push is not supported: scrape /metrics on status-addr"),
+    ("metrics_interval", "metrics-interval", "Prometheus push is not supported: scrape /metrics on status-addr"),
+)
+
+
+@dataclass(frozen=True)
+class PumpConfig:
+    addr: str = field(default=DEFAULT_ADDR, metadata={"help": "gRPC listen address host:port", "validate": _host_port})
+    advertise_addr: str = field(
+        default="", metadata={"help": "address registered for clients and drainers (default: addr)"}
+    )
+    status_addr: str = field(
+        default=DEFAULT_STATUS_ADDR,
+        metadata={"help": "HTTP status and metrics address host:port", "validate": _host_port},
+    )
+    socket: str = field(default="", metadata={"help": "unix socket that also serves gRPC"})
+    pd_urls: str = field(
+        default=DEFAULT_PD_URLS, metadata={"help": "etcd endpoints of PD, comma separated", "validate": _etcd_urls}
+    )
+    data_dir: Path = field(default=DEFAULT_DATA_DIR, metadata={"help": "where binlogs are stored"})
+    heartbeat_interval: Duration = field(
+        default=DEFAULT_HEARTBEAT_INTERVAL,
+        metadata={"help": "interval of status updates in etcd", "validate": _positive},
+    )
+    gc: Duration = field(
+        default=DEFAULT_GC,
+        metadata={
+            "help": "how long binlogs are kept: a number of days, or a duration such as '8h'",
+            "validate": _positive,
+        },
+    )
+    gen_binlog_interval: Duration = field(
+        default=DEFAULT_GEN_BINLOG_INTERVAL,
+        metadata={
+            "help": "write a fake binlog after this long without writes",
+            "validate": _positive,
+            "aliases": ("--fake-binlog-interval",),
+        },
+    )
+    log_level: LogLevel = field(default=DEFAULT_LOG_LEVEL, metadata={"help": "log level", "aliases": ("-L",)})
+    log_file: str = field(default="", metadata={"help": "log file (default: stderr)"})
+    node_id: str = field(default="", metadata={"help": "node id (default: <data-dir>/.node, else hostname:port)"})
+    max_message_size: ByteSize = field(
+        default=DEFAULT_MAX_MESSAGE_SIZE,
+        metadata={"help": "largest gRPC message received or sent", "validate": _message_size},
+    )
+    enable_debug: bool = field(default=False, metadata={"help": "accepted for compatibility; /debug is always on"})
+    binlog_file_size: int | None = field(default=None, metadata={"help": "deprecated, ignored"})
+    enable_binlog_slice: bool | None = field(default=None, metadata={"help": "deprecated, ignored"})
+    binlog_slice_size: int | None = field(default=None, metadata={"help": "deprecated, ignored"})
+    log_rotate: str | None = field(default=None, metadata={"help": "deprecated, ignored"})
+    metrics_addr: str | None = field(default=None, metadata={"help": "ignored: no Prometheus push"})
+    metrics_interval: int | None = field(default=None, metadata={"help": "ignored: no Prometheus push"})
+    security: SecurityConfig = field(default_factory=SecurityConfig)
+    storage: StorageConfig = field(default_factory=StorageConfig)
+    upstream: UpstreamConfig = field(default_factory=UpstreamConfig)
+
+    def validate(self) -> None:
+        host, _, port = self.advertise.rpartition(":")
+        if host in ("", "0.0.0.0", "::", "[::]") or not port.isdigit():
+            raise ConfigError(
+                f"invalid value for 'advertise-addr': {self.advertise!r} is not a host:port others can reach "
+                "(set advertise-addr when addr listens on all interfaces)"
+            )
+
+    @property
+    def advertise(self) -> str:
+        """The address registered in etcd: advertise-addr, else addr."""
+        return self.advertise_addr or self.addr
+
+    @property
+    def listen_port(self) -> int:
+        return int(self.addr.rpartition(":")[2])
+
+    def storage_options(self) -> StorageOptions:
+        s = self.storage
+        return StorageOptions(
+            value_log_file_size=s.value_log_file_size,
+            sync_log=s.sync_log,
+            kv_chan_cap=s.kv_chan_cap,
+            slow_write_threshold=s.slow_write_threshold,
+            stop_write_at_available_space=s.stop_write_at_available_space,
+            resolve_interval=s.resolve_interval,
+            max_txn_timeout=s.max_txn_timeout,
+        )
+
+    def ignored_keys(self) -> list[str]:
+        """One warning line per deprecated or unsupported key that is set."""
+        return [
+            f"config key '{key}' is ignored ({why})"
+            for name, key, why in _IGNORED_KEYS
+            if getattr(self, name) is not None
+        ]
+
+    def check_supported(self) -> None:
+        """Raise ConfigError for settings this version cannot honour (TLS)."""
+        if self.security.enabled:
+            raise ConfigError(
+                "[security] ssl-ca / ssl-cert / ssl-key / cert-allowed-cn are set, but TLS is not supported yet; "
+                "remove them to run without TLS"
+            )
+
+
+# ----------------------------------------------------------------------------------------------- loading
+
+
+def gc_seconds(raw: object) -> float:
+    """The `gc` value in seconds: a plain number means days, a string with a unit is a duration.
+
+    Raises ValueError for anything else (the loader has already rejected most of it).
+    """
+    if isinstance(raw, bool):
+        raise ValueError(f"{raw!r} is not a gc value")
+    if isinstance(raw, int | float):
+        days = float(raw)
+    elif isinstance(raw, str):
+        text = raw.strip()
+        try:
+            days = float(text)
+        except ValueError:
+            return parse_duration(text)
+    else:
+        raise ValueError(f"{raw!r} is not a gc value")
+    if not math.isfinite(days):
+        raise ValueError(f"{raw!r} is not a finite number of days")
+    return days * SECONDS_PER_DAY
+
+
+def load_config(
+    file: str | Path | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    flags: Mapping[str, object] | None = None,
+) -> PumpConfig:
+    """Load and validate a PumpConfig (env prefix PUMP); raises ConfigError naming the bad key."""
+    cfg = load(PumpConfig, file=file, env=env, env_prefix=ENV_PREFIX, flags=flags)
+    source, raw = _raw_gc(file, env, flags)
+    if raw is None:
+        return cfg
+    try:
+        seconds = gc_seconds(raw)
+    except ValueError as exc:  # pragma: no cover - the loader rejected it already
+        raise ConfigError(f"{source}: invalid value for 'gc': {exc}") from None
+    return dataclasses.replace(cfg, gc=seconds)
+
+
+def _raw_gc(
+    file: str | Path | None, env: Mapping[str, str] | None, flags: Mapping[str, object] | None
+) -> tuple[str, object]:
+    """The `gc` value as the winning source wrote it (flags > environment > file), or (.., None)."""
+    if flags and "gc" in flags:
+        return "flag --gc", flags["gc"]
+    name = env_name(ENV_PREFIX, "gc")
+    if env is not None and name in env:
+        return f"environment variable {name}", env[name]
+    if file is not None:
+        table = tomllib.loads(Path(file).read_text(encoding="utf-8"))
+        if "gc" in table:
+            return f"config file '{file}'", table["gc"]
+    return "default value", None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = ArgumentParser(prog="pump", description="TiDB-Binlog pump: stores binlogs and serves them in order")
+    add_flags(parser, PumpConfig, env_prefix=ENV_PREFIX)
+    parser.add_argument("--print-config", action="store_true", help="print the effective config and exit")
+    return parser
+
+
+def parse_args(
+    argv: list[str] | None = None, env: Mapping[str, str] | None = None
+) -> tuple[PumpConfig, argparse.Namespace]:
+    """Parse the command line and load the config; raises ConfigError (never exits)."""
+    args = build_parser().parse_args(argv)
+    cfg = load_config(
+        getattr(args, CONFIG_FILE_DEST, None),
+        env=os.environ if env is None else env,
+        flags=flags_from_args(args),
+    )
+    return cfg, args

@@ -1,0 +1,355 @@
+"""The pump as a registry node: node id, registration, heartbeat, Notify, state changes, offline wait.
+
+States (reference §1.7) and the transitions this pump makes locally:
+
+    OFFLINE --start--> ONLINE            (local state before registering is OFFLINE: nothing served)
+    ONLINE  --pause--> PAUSING --closed--> PAUSED        PUT /state/<id>/pause, SIGTERM, SIGINT
+    ONLINE  --close--> CLOSING --safe----> OFFLINE       PUT /state/<id>/close (binlogctl offline-pump)
+    CLOSING --interrupted-----> PAUSED                   a signal cut the offline wait short
+    ONLINE  --notify failed---> OFFLINE                  a drainer missed the news of a new pump
+
+Only ONLINE accepts prewrites and only ONLINE accepts an action.  `closing` is never published: during
+the offline wait etcd keeps the last heartbeat (`online`) so drainers keep pulling, while this pump
+already refuses prewrites with "no online: closing" (as the original).
+
+Node id: `<data-dir>/.node`, else the `node-id` key, else `<hostname>:<port of addr>`; the id in use is
+written back to `.node`.  Heartbeat: every `heartbeat-interval` the status is re-published with
+`maxCommitTS` from the storage and `updateTS` = the last TSO seen + the milliseconds since, << 18.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, Protocol
+
+import grpc
+
+from common import tso as tsolib
+from common.errors import BinlogError
+from common.pb import cistern_pb2, cistern_pb2_grpc
+from common.registry import NodeKind, NodeState, NodeStatus, Registry
+
+log = logging.getLogger(__name__)
+
+NODE_ID_FILE: Final = ".node"
+OFFLINE_CHECK_INTERVAL: Final = 1.0
+"""The offline wait re-checks the drainers (and writes a fake binlog) this often (original: 1 s)."""
+_LOCAL_CHECK_INTERVAL: Final = 0.1
+
+TRANSITIONS: Final[dict[NodeState, frozenset[NodeState]]] = {
+    NodeState.OFFLINE: frozenset({NodeState.ONLINE}),
+    NodeState.ONLINE: frozenset({NodeState.PAUSING, NodeState.CLOSING, NodeState.OFFLINE}),
+    NodeState.PAUSING: frozenset({NodeState.PAUSED}),
+    NodeState.CLOSING: frozenset({NodeState.OFFLINE, NodeState.PAUSED}),
+    NodeState.PAUSED: frozenset(),
+}
+ACTIONS: Final[dict[str, NodeState]] = {"pause": NodeState.PAUSING, "close": NodeState.CLOSING}
+
+
+class TimestampSource(Protocol):
+    def get_ts(self, timeout: float | None = None) -> int: ...
+
+
+class NotifyError(BinlogError):
+    """A drainer could not be told about this (new) pump."""
+
+
+class StateError(BinlogError):
+    """A state change that the state machine does not allow."""
+
+
+class ActionError(BinlogError):
+    """A refused `PUT /state/<id>/<action>`; `http_status` says why (404, 400, 409)."""
+
+    def __init__(self, http_status: int, message: str) -> None:
+        super().__init__(message)
+        self.http_status = http_status
+
+
+# ------------------------------------------------------------------------------------------------ node id
+
+
+def resolve_node_id(data_dir: Path, configured: str, listen_port: int) -> str:
+    """The node id from `<data_dir>/.node`, else `configured`, else `<hostname>:<port>`; saved to `.node`."""
+    path = data_dir / NODE_ID_FILE
+    try:
+        saved = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        saved = ""
+    if saved:
+        if configured and configured != saved:
+            log.warning(
+                "node-id %r is ignored: %s says %r (delete that file to change the node id)", configured, path, saved
+            )
+        return saved
+    node_id = configured or f"{socket.gethostname()}:{listen_port}"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(node_id + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    log.info("node_id=%s saved to %s", node_id, path)
+    return node_id
+
+
+# ------------------------------------------------------------------------------------------- approx clock
+
+
+class ApproxClock:
+    """A TSO-like "now" without asking PD: the last TSO seen plus the elapsed milliseconds << 18."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ts = 0
+        self._at = time.monotonic()
+
+    def observe(self, ts: int) -> None:
+        with self._lock:
+            if ts >= self.now_locked():
+                self._ts = ts
+                self._at = time.monotonic()
+
+    def now(self) -> int:
+        with self._lock:
+            return self.now_locked()
+
+    def now_locked(self) -> int:
+        if self._ts == 0:
+            return 0
+        elapsed_ms = int((time.monotonic() - self._at) * 1000)
+        return self._ts + (elapsed_ms << tsolib.LOGICAL_BITS)
+
+
+# ------------------------------------------------------------------------------------------------ notify
+
+
+@dataclass(frozen=True)
+class NotifyPolicy:
+    """How hard to try `binlog.Cistern/Notify` on each drainer (original: 3 tries, 1 s back-off x2, 10 s)."""
+
+    attempts: int = 3
+    backoff: float = 1.0
+    factor: float = 2.0
+    timeout: float = 10.0
+
+
+def notify_drainer(host: str, policy: NotifyPolicy) -> None:
+    """Call Notify on the drainer at `host`; raises NotifyError when every try failed."""
+    deadline = time.monotonic() + policy.timeout
+    delay = policy.backoff
+    last = "no attempt"
+    with grpc.insecure_channel(host) as channel:
+        stub = cistern_pb2_grpc.CisternStub(channel)
+        for attempt in range(1, policy.attempts + 1):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                stub.Notify(cistern_pb2.NotifyReq(), timeout=remaining, wait_for_ready=True)
+                return
+            except grpc.RpcError as exc:
+                last = _rpc_error(exc)
+                log.warning("notify drainer at %s failed (try %d/%d): %s", host, attempt, policy.attempts, last)
+            if attempt < policy.attempts:
+                time.sleep(max(0.0, min(delay, deadline - time.monotonic())))
+                delay *= policy.factor
+    raise NotifyError(f"notify drainer at {host} failed: {last}")
+
+
+def _rpc_error(exc: grpc.RpcError) -> str:
+    code = getattr(exc, "code", None)
+    details = getattr(exc, "details", None)
+    if callable(code) and callable(details):
+        return f"{code().name}: {details()}"
+    return str(exc)
+
+
+# -------------------------------------------------------------------------------------------------- node
+
+
+class PumpNode:
+    """This pump's registry record and local state.  Thread-safe."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        tso: TimestampSource,
+        clock: ApproxClock,
+        *,
+        node_id: str,
+        host: str,
+        max_commit_ts: Callable[[], int],
+        heartbeat_interval: float,
+        notify_policy: NotifyPolicy | None = None,
+    ) -> None:
+        self._registry = registry
+        self._tso = tso
+        self._clock = clock
+        self.node_id = node_id
+        self.host = host
+        self._max_commit_ts = max_commit_ts
+        self._heartbeat_interval = heartbeat_interval
+        self._notify_policy = notify_policy or NotifyPolicy()
+        self._lock = threading.Lock()
+        self._state = NodeState.OFFLINE
+        self._published = NodeState.OFFLINE
+        self._heartbeat_stop = threading.Event()
+        self._heartbeat: threading.Thread | None = None
+        self._frozen_max_commit_ts: int | None = None
+
+    # ----------------------------------------------------------------------------------- state
+    @property
+    def state(self) -> NodeState:
+        with self._lock:
+            return self._state
+
+    def transition(self, to: NodeState) -> NodeState:
+        """Move the local state to `to`; returns the previous state. StateError if not allowed."""
+        with self._lock:
+            before = self._state
+            if to not in TRANSITIONS.get(before, frozenset()):
+                raise StateError(f"pump {self.node_id} cannot go from {before.value} to {to.value}")
+            self._state = to
+        log.info("node_id=%s state %s -> %s", self.node_id, before.value, to.value)
+        return before
+
+    def apply_action(self, node_id: str, action: str) -> NodeState:
+        """Validate a `PUT /state/<node_id>/<action>` and make the local state change; ActionError if refused."""
+        if node_id != self.node_id:
+            raise ActionError(404, f"invalid nodeID {node_id}, this pump's nodeID is {self.node_id}")
+        target = ACTIONS.get(action)
+        if target is None:
+            raise ActionError(400, f"invalid action {action}")
+        with self._lock:
+            current = self._state
+            if current is not NodeState.ONLINE:
+                raise ActionError(409, f"this pump's state is {current.value}, apply {action} failed!")
+            self._state = target
+        log.info("node_id=%s state online -> %s (action %s)", self.node_id, target.value, action)
+        return target
+
+    # ------------------------------------------------------------------------------- registry
+    def status(self, state: NodeState) -> NodeStatus:
+        frozen = self._frozen_max_commit_ts
+        return NodeStatus(
+            node_id=self.node_id,
+            host=self.host,
+            state=state,
+            is_alive=True,
+            max_commit_ts=self._max_commit_ts() if frozen is None else frozen,
+            update_ts=self._clock.now(),
+        )
+
+    def freeze_max_commit_ts(self) -> None:
+        """Keep publishing the current maxCommitTS from now on (call before the storage closes)."""
+        self._frozen_max_commit_ts = self._max_commit_ts()
+
+    def register(self) -> NodeState | None:
+        """Publish `online` (updateTS from a fresh TSO); returns the state registered before, if any."""
+        previous = self._registry.get(NodeKind.PUMP, self.node_id)
+        self._clock.observe(self._tso.get_ts())
+        self.transition(NodeState.ONLINE)
+        self.publish(NodeState.ONLINE)
+        before = None if previous is None else previous.state
+        log.info("node_id=%s registered online at %s (was %s)", self.node_id, self.host, before or "new")
+        return before
+
+    def publish(self, state: NodeState) -> None:
+        """Write the status with `state` to etcd (create or update)."""
+        self._registry.upsert(NodeKind.PUMP, self.status(state))
+        with self._lock:
+            self._published = state
+        log.info("node_id=%s published state %s", self.node_id, state.value)
+
+    def notify_drainers(self) -> None:
+        """Call Notify on every online drainer; NotifyError naming the first one that failed."""
+        drainers = [d for d in self._registry.list(NodeKind.DRAINER) if d.state is NodeState.ONLINE]
+        for drainer in drainers:
+            try:
+                notify_drainer(drainer.host, self._notify_policy)
+            except NotifyError as exc:
+                raise NotifyError(f"drainer {drainer.node_id}: {exc}") from exc
+            log.info("notified drainer %s at %s", drainer.node_id, drainer.host)
+
+    # ------------------------------------------------------------------------------ heartbeat
+    def start_heartbeat(self) -> None:
+        if self._heartbeat is not None:
+            return
+        self._heartbeat = threading.Thread(target=self._heartbeat_loop, name="pump-heartbeat", daemon=True)
+        self._heartbeat.start()
+
+    def stop_heartbeat(self) -> None:
+        self._heartbeat_stop.set()
+        if self._heartbeat is not None:
+            self._heartbeat.join()
+            log.info("node_id=%s heartbeat stopped", self.node_id)
+
+    def heartbeat_once(self) -> None:
+        with self._lock:
+            state = self._published
+        try:
+            self._registry.update(NodeKind.PUMP, self.status(state))
+        except BinlogError as exc:
+            log.warning("node_id=%s heartbeat failed: %s", self.node_id, exc)
+
+    def _heartbeat_loop(self) -> None:
+        while not self._heartbeat_stop.wait(self._heartbeat_interval):
+            self.heartbeat_once()
+
+
+# ---------------------------------------------------------------------------------------- offline wait
+
+
+def wait_safe_to_offline(
+    *,
+    write_fake: Callable[[], int],
+    all_matched: Callable[[], bool],
+    max_commit_ts: Callable[[], int],
+    registry: Registry,
+    abort: threading.Event,
+    interval: float = OFFLINE_CHECK_INTERVAL,
+) -> bool:
+    """Block until no drainer needs anything more from this pump (reference §1.7 waitSafeToOffline).
+
+    1. write a fake binlog (retried every `interval`);
+    2. wait until every prewrite is matched and the watermark reached the fake binlog;
+    3. wait until the lowest maxCommitTS of the non-offline drainers reached the pump's maxCommitTS,
+       writing a fake binlog every `interval` meanwhile.
+    Returns False when `abort` was set first.
+    """
+    fake_ts = 0
+    while not fake_ts:
+        try:
+            fake_ts = write_fake()
+        except BinlogError as exc:
+            log.warning("offline: cannot write a fake binlog yet: %s", exc)
+            if abort.wait(interval):
+                return False
+    log.info("offline: wrote fake binlog commit_ts=%d; waiting for the storage to reach it", fake_ts)
+    while not (all_matched() and max_commit_ts() >= fake_ts):
+        if abort.wait(min(interval, _LOCAL_CHECK_INTERVAL)):  # local checks: cheap, poll faster
+            return False
+    reported = -1
+    while True:
+        target = max_commit_ts()
+        drainers = [d for d in registry.list(NodeKind.DRAINER) if d.state is not NodeState.OFFLINE]
+        lowest = min((d.max_commit_ts for d in drainers), default=target)
+        if lowest >= target:
+            log.info("offline: every drainer reached commit_ts=%d", target)
+            return True
+        if lowest != reported:
+            behind = [d.node_id for d in drainers if d.max_commit_ts < target]
+            log.info("offline: waiting for drainers %s to reach commit_ts=%d (lowest %d)", behind, target, lowest)
+            reported = lowest
+        try:
+            write_fake()
+        except BinlogError as exc:
+            log.warning("offline: cannot write a fake binlog: %s", exc)
+        if abort.wait(interval):
+            return False

@@ -1,0 +1,153 @@
+"""The LevelDB index in `<data-dir>/kv/` (plyvel).
+
+Keys (upstream `pump/storage/util.go`, `storage.go`):
+
+    b"ts:"   + ts u64 big-endian  -> value pointer (12 bytes, see vlog_record)
+              ts = start_ts for a Prewrite, commit_ts for every other type; big-endian keys make
+              iteration follow ts order.
+    b"late:" + ts u64 big-endian  -> value pointer of a commit the sorter ignored because its
+              commit_ts was at or below the watermark when it arrived (ours: kept out of the
+              `ts:` range so it never becomes visible, but still accounted for by `check()`).
+    b"!binlog!gcts"          -> i64 little-endian
+    b"!binlog!maxCommitTS"   -> i64 little-endian
+    b"!binlog!handlePointer" -> value pointer: where the sorter resumes at start-up
+    b"!binlog!headPointer"   -> value pointer: the first vlog position not indexed yet
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, Final
+
+import plyvel
+
+from common.errors import StorageError
+from pump.storage.vlog_record import ValuePointer, decode_pointer
+
+__all__ = [
+    "GC_BATCH",
+    "HANDLE_POINTER_KEY",
+    "HEAD_POINTER_KEY",
+    "Index",
+    "late_key",
+    "ts_key",
+]
+
+log = logging.getLogger(__name__)
+
+TS_PREFIX: Final = b"ts:"
+LATE_PREFIX: Final = b"late:"
+GC_TS_KEY: Final = b"!binlog!gcts"
+MAX_COMMIT_TS_KEY: Final = b"!binlog!maxCommitTS"
+HANDLE_POINTER_KEY: Final = b"!binlog!handlePointer"
+HEAD_POINTER_KEY: Final = b"!binlog!headPointer"
+GC_BATCH: Final = 1024  # keys per delete batch (original)
+DEFAULT_WRITE_BUFFER: Final = 64 << 20  # original pump.toml tuning (goleveldb default: 4 MiB)
+
+_I64 = struct.Struct("<q")
+_TS_END = 1 << 64
+
+
+def ts_key(ts: int) -> bytes:
+    return TS_PREFIX + ts.to_bytes(8, "big")
+
+
+def late_key(ts: int) -> bytes:
+    return LATE_PREFIX + ts.to_bytes(8, "big")
+
+
+class Index:
+    def __init__(self, directory: Path, *, write_buffer_size: int = DEFAULT_WRITE_BUFFER) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        try:
+            self._db: Any = plyvel.DB(str(directory), create_if_missing=True, write_buffer_size=write_buffer_size)
+        except plyvel.Error as e:
+            raise StorageError(f"cannot open the index at {directory}: {e}") from e
+        self._dir = directory
+        log.info("index opened dir=%s", directory)
+
+    # ------------------------------------------------------------------------------------ meta
+
+    def get_int(self, key: bytes) -> int | None:
+        raw = self._db.get(key)
+        return None if raw is None else int(_I64.unpack(raw)[0])
+
+    def get_pointer(self, key: bytes) -> ValuePointer | None:
+        raw = self._db.get(key)
+        return None if raw is None else decode_pointer(raw)
+
+    def put_int(self, key: bytes, value: int) -> None:
+        self._db.put(key, _I64.pack(value))
+
+    # ----------------------------------------------------------------------------- ts entries
+
+    def get(self, ts: int) -> ValuePointer | None:
+        raw = self._db.get(ts_key(ts))
+        return None if raw is None else decode_pointer(raw)
+
+    def write(
+        self,
+        entries: Iterable[tuple[bytes, ValuePointer]],
+        *,
+        ints: Iterable[tuple[bytes, int]] = (),
+        pointers: Iterable[tuple[bytes, ValuePointer]] = (),
+    ) -> None:
+        """One atomic batch: `(key, pointer)` entries plus meta integers and pointers."""
+        with self._db.write_batch() as wb:
+            put = wb.put
+            for key, ptr in entries:
+                put(key, ptr.encode())
+            for key, value in ints:
+                put(key, _I64.pack(value))
+            for key, ptr in pointers:
+                put(key, ptr.encode())
+
+    def range(self, after: int, upto: int, limit: int) -> list[tuple[int, ValuePointer]]:
+        """Up to `limit` `ts:` entries with after < ts <= upto, ascending."""
+        if upto <= after:
+            return []
+        out: list[tuple[int, ValuePointer]] = []
+        with self._db.iterator(start=ts_key(after + 1), stop=ts_key(upto), include_stop=True) as it:
+            for key, raw in it:
+                out.append((int.from_bytes(key[3:], "big"), decode_pointer(raw)))
+                if len(out) >= limit:
+                    break
+        return out
+
+    def iter_prefix(self, prefix: bytes) -> Iterator[tuple[int, ValuePointer]]:
+        """Every (ts, pointer) under `ts:` or `late:`, ascending (for check())."""
+        with self._db.iterator(prefix=prefix) as it:
+            for key, raw in it:
+                yield int.from_bytes(key[len(prefix) :], "big"), decode_pointer(raw)
+
+    def has(self, key: bytes) -> bool:
+        return self._db.get(key) is not None
+
+    def delete_upto(self, ts: int, *, batch: int = GC_BATCH) -> int:
+        """Delete the `ts:` and `late:` entries with ts <= `ts` in batches; how many were deleted."""
+        deleted = 0
+        stop_ts = min(ts, _TS_END - 1)
+        for prefix in (TS_PREFIX, LATE_PREFIX):
+            while True:
+                with self._db.iterator(
+                    start=prefix + bytes(8),
+                    stop=prefix + stop_ts.to_bytes(8, "big"),
+                    include_stop=True,
+                    include_value=False,
+                ) as it:
+                    keys = [k for _, k in zip(range(batch), it, strict=False)]
+                if not keys:
+                    break
+                with self._db.write_batch() as wb:
+                    for k in keys:
+                        wb.delete(k)
+                deleted += len(keys)
+        return deleted
+
+    def close(self) -> None:
+        if not self._db.closed:
+            self._db.close()
+            log.info("index closed dir=%s", self._dir)

@@ -1,0 +1,188 @@
+"""The index writer thread: sorter feed, LevelDB batches, watermark publication.
+
+Entries arrive in vlog order (from the vlog writer, the slow chaser or start-up replay).  For a
+batch of up to 128 of them the thread (1) pushes each into the sorter, which says whether a
+commit is late, (2) writes one LevelDB batch: `ts:` keys (or `late:` keys for late commits) and
+headPointer, plus maxCommitTS and handlePointer at most once per second, and only then (3)
+publishes the sorter's new watermark, so a puller never sees a watermark above an entry that is
+not indexed yet.  A failed LevelDB write is retried every second until the storage closes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Final
+
+from pump.storage.entry import Entry
+from pump.storage.index import HANDLE_POINTER_KEY, HEAD_POINTER_KEY, MAX_COMMIT_TS_KEY, Index, late_key, ts_key
+from pump.storage.primitives import Watermark
+from pump.storage.queues import BoundedQueue
+from pump.storage.sorter import Sorter
+from pump.storage.vlog_record import ValuePointer
+
+__all__ = ["IndexWriter"]
+
+log = logging.getLogger(__name__)
+
+BATCH_SIZE: Final = 128  # original: batchRequest(reqs, 128)
+PERSIST_INTERVAL: Final = 1.0  # original: handlePtrSaveInterval
+RETRY_INTERVAL: Final = 1.0
+
+
+class IndexWriter:
+    def __init__(
+        self,
+        index: Index,
+        sorter: Sorter,
+        sort_lock: threading.Lock,
+        watermark: Watermark,
+        queue: BoundedQueue[list[Entry]],
+        *,
+        head: ValuePointer,
+        clock: Callable[[], float] = time.monotonic,
+        persist_interval: float = PERSIST_INTERVAL,
+    ) -> None:
+        self._index = index
+        self._sorter = sorter
+        self._sort_lock = sort_lock
+        self._watermark = watermark
+        self._queue = queue
+        self._clock = clock
+        self._persist_interval = persist_interval
+        self.head = head  # first vlog position not indexed yet
+        self._safe: tuple[int, ValuePointer | None] = (sorter.watermark, sorter.handle_pointer)
+        self._persisted: tuple[int, ValuePointer | None] | None = None
+        self._last_persist = -float("inf")
+        self._closing = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="pump-index-writer", daemon=True)
+        self._idle = threading.Condition()
+        self.indexed_count = 0  # entries indexed from the queue (not by replay)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    # -------------------------------------------------------------------------------- batches
+
+    def apply(self, entries: list[Entry], *, sort_from: ValuePointer | None = None, replay: bool = False) -> bool:
+        """Sort and index `entries` (vlog order); False if the write was given up (closing).
+
+        Entries before `sort_from` are only indexed (replay of what the sorter state already holds)."""
+        now = self._clock()
+        keys: list[tuple[bytes, ValuePointer]] = []
+        with self._sort_lock:
+            push = self._sorter.push
+            for e in entries:
+                visible = True if sort_from is not None and e.ptr < sort_from else push(e, now)
+                keys.append(((ts_key if visible else late_key)(e.index_ts), e.ptr))
+            state = (self._sorter.watermark, self._sorter.handle_pointer)
+        head = entries[-1].next_ptr
+        if not self._write(keys, head, state):
+            return False
+        self.head = head
+        self._safe = state
+        if not replay:
+            self.indexed_count += len(entries)
+        self._watermark.advance(state[0])
+        with self._idle:
+            self._idle.notify_all()
+        return True
+
+    def apply_sorted_only(self, entries: Iterable[Entry]) -> None:
+        """Push already-indexed entries into the sorter (start-up replay before headPointer)."""
+        now = self._clock()
+        with self._sort_lock:
+            for e in entries:
+                self._sorter.push(e, now)
+            self._safe = (self._sorter.watermark, self._sorter.handle_pointer)
+        self._watermark.advance(self._safe[0])
+
+    def _write(
+        self, keys: list[tuple[bytes, ValuePointer]], head: ValuePointer, state: tuple[int, ValuePointer | None]
+    ) -> bool:
+        now = self._clock()
+        ints: list[tuple[bytes, int]] = []
+        pointers = [(HEAD_POINTER_KEY, head)]
+        if now - self._last_persist >= self._persist_interval and state != self._persisted:
+            ints, pointers = self._meta(state, head)
+        while True:
+            try:
+                self._index.write(keys, ints=ints, pointers=pointers)
+                break
+            except Exception as e:
+                log.error("index write failed, retrying in %.0fs entries=%d: %s", RETRY_INTERVAL, len(keys), e)
+                if self._closing.wait(RETRY_INTERVAL):
+                    log.error("index write given up at close entries=%d", len(keys))
+                    return False
+        if ints:
+            self._persisted = state
+            self._last_persist = now
+        return True
+
+    def _meta(
+        self, state: tuple[int, ValuePointer | None], head: ValuePointer
+    ) -> tuple[list[tuple[bytes, int]], list[tuple[bytes, ValuePointer]]]:
+        watermark, handle = state
+        pointers = [(HEAD_POINTER_KEY, head)]
+        if handle is not None:
+            pointers.append((HANDLE_POINTER_KEY, handle))
+        return [(MAX_COMMIT_TS_KEY, watermark)], pointers
+
+    def persist(self, *, force: bool = False) -> None:
+        """Persist maxCommitTS and handlePointer if they changed (and a second has passed)."""
+        now = self._clock()
+        if self._safe == self._persisted or (not force and now - self._last_persist < self._persist_interval):
+            return
+        ints, pointers = self._meta(self._safe, self.head)
+        try:
+            self._index.write((), ints=ints, pointers=pointers)
+        except Exception as e:
+            log.error("persisting maxCommitTS/handlePointer failed: %s", e)
+            return
+        self._persisted = self._safe
+        self._last_persist = now
+        log.debug("persisted max_commit_ts=%d handle=%s head=%s", self._safe[0], self._safe[1], self.head)
+
+    # --------------------------------------------------------------------------------- thread
+
+    def _run(self) -> None:
+        queue = self._queue
+        pending: list[Entry] = []
+        while True:
+            if not pending:
+                got = queue.get_batch(BATCH_SIZE, BATCH_SIZE, timeout=self._persist_interval)
+                if got is None:
+                    break
+                pending = [e for entries in got for e in entries]
+            batch, pending = pending[:BATCH_SIZE], pending[BATCH_SIZE:]
+            if batch and not self.apply(batch):
+                break
+            self.persist()
+        self.persist(force=True)
+        with self._idle:
+            self._idle.notify_all()
+
+    def wait_for(self, count: int, timeout: float) -> bool:
+        """Wait until `count` entries have come through the queue and are indexed."""
+        deadline = time.monotonic() + timeout
+        with self._idle:
+            while self.indexed_count < count:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not self._thread.is_alive():
+                    return self.indexed_count >= count
+                self._idle.wait(remaining)
+            return True
+
+    def close(self) -> None:
+        """Index what is queued, persist the pointers and maxCommitTS, stop the thread."""
+        self._queue.close()
+        self._closing.set()  # a LevelDB write failing now is given up: start-up replay redoes it
+        if self._thread.is_alive():
+            self._thread.join()
+        else:
+            self.persist(force=True)
+        log.info(
+            "index writer stopped indexed=%d head=%s max_commit_ts=%d", self.indexed_count, self.head, self._safe[0]
+        )

@@ -1,0 +1,184 @@
+"""Pairs prewrites with their commit/rollback and keeps the `maxCommitTS` watermark (pure).
+
+Items are kept in arrival (vlog) order.  A prewrite adds its start_ts to the waiting set, a commit
+or rollback removes it.  After every push the sorter pops from the front: a prewrite whose
+start_ts is still waiting stops it; a commit or fake binlog raises the watermark to its
+commit_ts.  So the watermark never passes an unmatched prewrite, and a commit that arrives later
+for a waiting prewrite always has commit_ts above it (TiDB fetches commit_ts after the prewrite
+was acknowledged).  A commit whose commit_ts is at or below the watermark *when it arrives* is
+"late" (a duplicate, or one whose prewrite went elsewhere): `push` returns False so the storage
+keeps it out of the visible index; it still matches its prewrite so nothing waits forever.
+
+No threads, no I/O, no clock: the storage calls it under its own lock and passes `now`.
+The sorter holds only small tuples, never payloads, and only what can still block: the prewrites
+behind the head plus one `_Run` per stretch of non-blocking items between them (max commit_ts and
+where the stretch starts and ends in the vlog).  Prewrites matched while stuck behind the head are
+folded into runs by a compaction whenever the queue doubles, so memory follows the number of
+unfinished prewrites, not the number of binlogs that arrived behind a stuck one.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import deque
+from dataclasses import dataclass
+
+from pump.storage.entry import COMMIT, PREWRITE, Entry
+from pump.storage.vlog_record import ValuePointer
+
+__all__ = ["Sorter", "Waiting"]
+
+log = logging.getLogger(__name__)
+
+
+_MIN_COMPACT = 1024
+
+
+class _Run:
+    """Consecutive items that block nothing: their max commit_ts and the vlog span they cover."""
+
+    __slots__ = ("max_commit_ts", "next_ptr", "ptr")
+
+    def __init__(self, max_commit_ts: int, ptr: ValuePointer, next_ptr: ValuePointer) -> None:
+        self.max_commit_ts = max_commit_ts
+        self.ptr = ptr
+        self.next_ptr = next_ptr
+
+
+@dataclass(slots=True)
+class Waiting:
+    """A prewrite whose commit has not arrived."""
+
+    start_ts: int
+    ptr: ValuePointer
+    arrived: float
+    next_ask: float
+
+
+class Sorter:
+    def __init__(
+        self,
+        watermark: int = 0,
+        handle: ValuePointer | None = None,
+        *,
+        resolve_interval: float = 1.0,
+        compact_min: int = _MIN_COMPACT,
+    ) -> None:
+        self._watermark = watermark
+        self._items: deque[Entry | _Run] = deque()  # Entry: a prewrite
+        self._compact_min = compact_min
+        self._compact_at = compact_min
+        self._waiting: dict[int, Waiting] = {}
+        self._resume = handle  # handle pointer when no item is held
+        self._interval = resolve_interval
+        self.late_count = 0
+
+    @property
+    def watermark(self) -> int:
+        """maxCommitTS: no commit with commit_ts <= this can become visible any more."""
+        return self._watermark
+
+    @property
+    def handle_pointer(self) -> ValuePointer | None:
+        """Where replay must resume to rebuild this state: the oldest item held, else past the last one."""
+        return self._items[0].ptr if self._items else self._resume
+
+    @property
+    def pending(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def held(self) -> int:
+        """Items held in the queue (prewrites and runs), for tests and status."""
+        return len(self._items)
+
+    def all_matched(self) -> bool:
+        return not self._waiting
+
+    def push(self, e: Entry, now: float) -> bool:
+        """Add an item in arrival order; False when it is a late commit (must stay invisible)."""
+        tp = e.tp
+        visible = True
+        if tp == PREWRITE:
+            w = self._waiting.get(e.start_ts)
+            if w is None:
+                self._waiting[e.start_ts] = Waiting(e.start_ts, e.ptr, now, now + self._interval)
+            else:  # a retried prewrite: wait for the newest copy
+                w.ptr = e.ptr
+        else:
+            self._waiting.pop(e.start_ts, None)
+            if (tp == COMMIT or e.commit_ts > 0) and e.commit_ts <= self._watermark:
+                visible = False
+                self.late_count += 1
+                log.warning(
+                    "commit at or below the watermark ignored start_ts=%d commit_ts=%d max_commit_ts=%d",
+                    e.start_ts,
+                    e.commit_ts,
+                    self._watermark,
+                )
+        items = self._items
+        if tp == PREWRITE:
+            items.append(e)
+        elif items and isinstance(last := items[-1], _Run):
+            last.max_commit_ts = max(last.max_commit_ts, e.commit_ts)
+            last.next_ptr = e.next_ptr
+        else:
+            items.append(_Run(e.commit_ts, e.ptr, e.next_ptr))
+        self._advance()
+        if len(items) > self._compact_at:
+            self._compact()
+        return visible
+
+    def _advance(self) -> None:
+        items = self._items
+        waiting = self._waiting
+        last: Entry | _Run | None = None
+        while items:
+            head = items[0]
+            if isinstance(head, _Run):
+                self._watermark = max(self._watermark, head.max_commit_ts)
+            elif head.start_ts in waiting:
+                break
+            last = items.popleft()
+        if last is not None:
+            self._resume = last.next_ptr
+
+    def _compact(self) -> None:
+        """Fold prewrites matched behind the head into the runs around them."""
+        waiting = self._waiting
+        out: deque[Entry | _Run] = deque()
+        for it in self._items:
+            if not isinstance(it, _Run) and it.start_ts in waiting:
+                out.append(it)
+                continue
+            top = it.max_commit_ts if isinstance(it, _Run) else 0
+            if out and isinstance(prev := out[-1], _Run):
+                prev.max_commit_ts = max(prev.max_commit_ts, top)
+                prev.next_ptr = it.next_ptr
+            else:
+                out.append(_Run(top, it.ptr, it.next_ptr))
+        self._items = out
+        self._compact_at = max(self._compact_min, 2 * len(out))
+
+    # --------------------------------------------------------------------------------- resolve
+
+    def due_for_resolve(self, now: float, limit: int = 256) -> list[tuple[Waiting, float]]:
+        """Waiting prewrites due to be asked about (after `resolve_interval`), oldest first, with
+        the seconds they have waited.  They are not due again until `retry_later` is called."""
+        out: list[tuple[Waiting, float]] = []
+        for w in self._waiting.values():
+            if w.arrived + self._interval > now:
+                break  # later entries arrived later still
+            if w.next_ask <= now:
+                w.next_ask = math.inf
+                out.append((w, now - w.arrived))
+                if len(out) >= limit:
+                    break
+        return out
+
+    def retry_later(self, start_ts: int, now: float) -> None:
+        """Ask again about `start_ts` after another `resolve_interval` (verdict WAIT, or a failure)."""
+        w = self._waiting.get(start_ts)
+        if w is not None:
+            w.next_ask = now + self._interval

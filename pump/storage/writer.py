@@ -1,0 +1,147 @@
+"""The vlog writer thread: group commit, then hand-off to the index writer.
+
+Callers of `submit` queue a request (the queue is bounded by bytes: they block while
+`write_queue_bytes` are waiting) and block on their own lock.  The writer thread takes *everything
+already queued*, up to `max_batch_bytes` (at least one request), writes it with one `pwrite` and
+one `fdatasync`, releases every waiter of the batch, and then hands the batch's entries to the
+index writer.  It never waits to fill a batch: requests that arrive during a write+fsync form
+the next batch, so the batch size follows the load by itself.
+
+Batch limit (our choice): plain `max_batch_bytes` (1 MiB), not LevelDB's "first + 128 KiB when the
+first is small".  That rule bounds the latency a small write pays for riding with others, but
+here a batch only holds requests already waiting; splitting them would make the later ones wait
+for one more fsync, and in Python the per-batch cost (thread hand-offs, syscalls) dominates.
+
+Hand-off: while the slow chaser is off, the batch's entries are put on the index queue as one item
+(its cost in the `kv_chan_cap` budget is its entry count); if the put blocks longer than
+`slow-chaser-threshold`, the chaser is turned on from the batch's first entry and the writer stops
+handing entries over (the chaser re-reads them from the vlog).  Append and hand-off happen under
+the chaser's write lock, so its recovery sees a log that does not grow.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Final
+
+from common.errors import StorageClosedError, StorageError
+from pump.storage.chaser import SlowChaser
+from pump.storage.entry import Entry
+from pump.storage.entry import max_ts as record_max_ts
+from pump.storage.queues import BoundedQueue
+from pump.storage.vlog import ValueLog
+from pump.storage.vlog_record import HEADER_SIZE
+
+__all__ = ["VlogWriter", "WriteRequest"]
+
+log = logging.getLogger(__name__)
+
+_NO_LIMIT: Final = 1 << 62
+
+
+class WriteRequest:
+    __slots__ = ("commit_ts", "done", "error", "payload", "start_ts", "tp")
+
+    def __init__(self, tp: int, start_ts: int, commit_ts: int, payload: bytes) -> None:
+        self.tp = tp
+        self.start_ts = start_ts
+        self.commit_ts = commit_ts
+        self.payload = payload
+        self.error: BaseException | None = None
+        self.done = threading.Lock()
+        self.done.acquire()  # released by the writer thread once the record is durable (or failed)
+
+
+class VlogWriter:
+    def __init__(
+        self,
+        vlog: ValueLog,
+        chaser: SlowChaser[Entry],
+        index_queue: BoundedQueue[list[Entry]],
+        *,
+        max_batch_bytes: int,
+        queue_bytes: int,
+        handoff_timeout: float,
+    ) -> None:
+        self._vlog = vlog
+        self._chaser = chaser
+        self._index_queue = index_queue
+        self._max_batch = max_batch_bytes
+        self._handoff_timeout = handoff_timeout
+        self._queue: BoundedQueue[WriteRequest] = BoundedQueue(queue_bytes)
+        self._thread = threading.Thread(target=self._run, name="pump-vlog-writer", daemon=True)
+        self.write_count = 0
+        self.batch_count = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, tp: int, start_ts: int, commit_ts: int, payload: bytes) -> None:
+        """Write one binlog; return once it is durable (raise what the write raised)."""
+        req = WriteRequest(tp, start_ts, commit_ts, payload)
+        self._queue.put(req, HEADER_SIZE + len(payload))  # StorageClosedError once closing
+        req.done.acquire()
+        if req.error is not None:
+            raise req.error
+
+    def close(self) -> None:
+        """Refuse new requests, write the queued ones, stop the thread."""
+        self._queue.close()
+        if self._thread.is_alive():
+            self._thread.join()
+        log.info("vlog writer stopped writes=%d batches=%d", self.write_count, self.batch_count)
+
+    def _run(self) -> None:
+        queue = self._queue
+        while True:
+            batch = queue.get_batch(_NO_LIMIT, self._max_batch)
+            if batch is None:
+                return
+            if batch:
+                self._write(batch)
+
+    def _write(self, batch: list[WriteRequest]) -> None:
+        chaser = self._chaser
+        released = False
+        try:
+            with chaser.write_lock:
+                top = 0
+                for r in batch:
+                    t = record_max_ts(r.start_ts, r.commit_ts)
+                    top = max(top, t)
+                ptrs = self._vlog.append([r.payload for r in batch], top)
+                self.write_count += len(batch)
+                self.batch_count += 1
+                entries = [
+                    Entry(r.tp, r.start_ts, r.commit_ts, p, p.advance(len(r.payload)))
+                    for r, p in zip(batch, ptrs, strict=True)
+                ]
+                for r in batch:
+                    r.done.release()
+                released = True
+                if not chaser.is_on():
+                    self._hand_off(entries)
+        except BaseException as e:  # every waiter must be released, whatever happened
+            if not released:
+                err = e if isinstance(e, StorageError) else StorageError(f"value log write failed: {e}")
+                for r in batch:
+                    r.error = err
+                    r.done.release()
+            log.error("vlog batch failed records=%d: %s", len(batch), e)
+
+    def _hand_off(self, entries: list[Entry]) -> None:
+        """The whole batch goes to the index writer as one queue item (one wake-up per batch)."""
+        try:
+            ok = self._index_queue.put(entries, len(entries), self._handoff_timeout)
+        except StorageClosedError:
+            return
+        if not ok:
+            first = entries[0]
+            log.warning(
+                "index writer blocked for %.1fs, handing over to the slow chaser start_ts=%d commit_ts=%d",
+                self._handoff_timeout,
+                first.start_ts,
+                first.commit_ts,
+            )
+            self._chaser.turn_on(first.ptr)

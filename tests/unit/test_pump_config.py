@@ -1,0 +1,194 @@
+"""pump.toml / PUMP_* / flags: defaults, precedence, gc spellings, strictness, the `pump` exit status."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from common.config import dump
+from common.errors import ConfigError
+from pump import main as pump_main
+from pump.config import (
+    DEFAULT_GC,
+    DEFAULT_MAX_MESSAGE_SIZE,
+    MAX_MESSAGE_SIZE_LIMIT,
+    PumpConfig,
+    gc_seconds,
+    load_config,
+    parse_args,
+)
+from pump.storage.api import StorageOptions
+
+DAY = 86_400.0
+DEPLOY_SAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "pump.toml"
+
+
+def toml(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "pump.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_defaults() -> None:
+    cfg = load_config(env={})
+    assert (cfg.addr, cfg.status_addr, cfg.advertise) == ("127.0.0.1:8250", "127.0.0.1:18250", "127.0.0.1:8250")
+    assert cfg.pd_urls == "http://127.0.0.1:2379"
+    assert cfg.data_dir == Path("data.pump")
+    assert (cfg.heartbeat_interval, cfg.gen_binlog_interval) == (2.0, 3.0)
+    assert cfg.gc == DEFAULT_GC == 7 * DAY
+    assert cfg.max_message_size == DEFAULT_MAX_MESSAGE_SIZE == 2 * 1024**3 - 4 * 1024**2
+    assert cfg.storage_options() == StorageOptions()
+    assert cfg.ignored_keys() == []
+    cfg.check_supported()
+
+
+def test_storage_section_maps_to_storage_options(tmp_path: Path) -> None:
+    file = toml(
+        tmp_path,
+        """
+[storage]
+sync-log = false
+kv_chan_cap = 1024
+slow_write_threshold = 0.5
+stop-write-at-available-space = "1 gib"
+value-log-file-size = "64MiB"
+resolve-interval = "2s"
+max-txn-timeout = "5m"
+
+[storage.kv]
+block-cache-capacity = 16777216
+compaction-L0-trigger = 4
+write-L0-slowdown-trigger = 9
+
+[upstream]
+txn-status-dsn = "sqlite:///tmp/txn.db"
+""",
+    )
+    cfg = load_config(file, env={})
+    assert cfg.storage_options() == StorageOptions(
+        value_log_file_size=64 << 20,
+        sync_log=False,
+        kv_chan_cap=1024,
+        slow_write_threshold=0.5,
+        stop_write_at_available_space=1 << 30,
+        resolve_interval=2.0,
+        max_txn_timeout=300.0,
+    )
+    assert (cfg.storage.kv.compaction_l0_trigger, cfg.storage.kv.write_l0_slowdown_trigger) == (4, 9)
+    assert cfg.upstream.txn_status_dsn == "sqlite:///tmp/txn.db"
+
+
+def test_precedence_file_env_flags(tmp_path: Path) -> None:
+    file = toml(
+        tmp_path, 'node-id = "file"\naddr = "10.0.0.1:1"\nheartbeat-interval = 5\n[storage]\nsync-log = false\n'
+    )
+    env = {"PUMP_NODE_ID": "env", "PUMP_ADDR": "10.0.0.2:2", "PUMP_STORAGE_SYNC_LOG": "true"}
+    cfg, _ = parse_args(["--config", str(file), "--addr", "10.0.0.3:3"], env=env)
+    assert (cfg.node_id, cfg.addr, cfg.heartbeat_interval, cfg.storage.sync_log) == ("env", "10.0.0.3:3", 5.0, True)
+    assert cfg.listen_port == 3
+
+
+@pytest.mark.parametrize(
+    ("raw", "seconds"),
+    [(7, 7 * DAY), (1, DAY), ("3", 3 * DAY), ("8h", 8 * 3600.0), ("90m", 5400.0), ("1h30m", 5400.0), (0.5, DAY / 2)],
+)
+def test_gc_seconds(raw: object, seconds: float) -> None:
+    assert gc_seconds(raw) == seconds
+
+
+def test_gc_spellings_from_every_source(tmp_path: Path) -> None:
+    assert load_config(toml(tmp_path, "gc = 3\n"), env={}).gc == 3 * DAY
+    assert load_config(toml(tmp_path, 'gc = "8h"\n'), env={}).gc == 8 * 3600.0
+    assert load_config(toml(tmp_path, "gc = 3\n"), env={"PUMP_GC": "2"}).gc == 2 * DAY
+    assert load_config(toml(tmp_path, "gc = 3\n"), env={"PUMP_GC": "12h"}).gc == 12 * 3600.0
+    assert parse_args(["--gc", "8h"], env={"PUMP_GC": "2"})[0].gc == 8 * 3600.0
+    assert parse_args(["--gc", "1"], env={})[0].gc == DAY
+    assert load_config(flags={"gc": 2}, env={}).gc == 2 * DAY
+
+
+@pytest.mark.parametrize("text", ["gc = 0\n", "gc = -1\n", 'gc = "soon"\n', "gc = true\n", 'gc = "-8h"\n'])
+def test_bad_gc_in_file(tmp_path: Path, text: str) -> None:
+    with pytest.raises(ConfigError, match=r"invalid value for 'gc'"):
+        load_config(toml(tmp_path, text), env={})
+
+
+def test_bad_gc_flag_exits_2_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as excinfo:
+        pump_main.main(["--gc", "soon"])
+    assert excinfo.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("pump: config error: flag --gc: invalid value for 'gc'")
+
+
+def test_unknown_key_names_it(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"unknown key 'storage.sync_log' \(did you mean 'storage.sync-log'\?\)"):
+        load_config(toml(tmp_path, "[storage]\nsync_log = true\n"), env={})
+
+
+def test_deprecated_keys_are_accepted_and_listed(tmp_path: Path) -> None:
+    file = toml(tmp_path, 'binlog-file-size = 1024\nenable-binlog-slice = true\nlog-rotate = "day"\n')
+    cfg = load_config(file, env={"PUMP_METRICS_ADDR": "127.0.0.1:9091"})
+    warnings = cfg.ignored_keys()
+    assert len(warnings) == 4
+    assert warnings[0] == "config key 'binlog-file-size' is ignored (deprecated)"
+    assert any("metrics-addr" in w and "scrape /metrics" in w for w in warnings)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ({"max-message-size": str(MAX_MESSAGE_SIZE_LIMIT + 1)}, "invalid value for 'max-message-size'"),
+        ({"addr": "0.0.0.0:8250"}, "advertise-addr"),
+        ({"advertise-addr": "host-without-port"}, "advertise-addr"),
+        ({"addr": "nohost"}, "invalid value for 'addr': must be host:port"),
+        ({"heartbeat-interval": "0s"}, "invalid value for 'heartbeat-interval': must be > 0"),
+        ({"pd-urls": "ftp://x"}, "pd-urls"),
+        ({"log-level": "loud"}, "log-level"),
+    ],
+)
+def test_bad_values(flags: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(flags=flags, env={})
+
+
+def test_listen_on_all_interfaces_with_advertise_addr() -> None:
+    cfg = load_config(flags={"addr": "0.0.0.0:8250", "advertise-addr": "10.1.1.1:8250"}, env={})
+    assert cfg.advertise == "10.1.1.1:8250"
+
+
+def test_max_message_size_accepts_a_size() -> None:
+    assert load_config(flags={"max-message-size": "2GiB"}, env={}).max_message_size == MAX_MESSAGE_SIZE_LIMIT
+
+
+def test_fake_binlog_interval_alias_and_short_log_level() -> None:
+    cfg, _ = parse_args(["--fake-binlog-interval", "500ms", "-L", "debug"], env={})
+    assert (cfg.gen_binlog_interval, cfg.log_level) == (0.5, "debug")
+
+
+def test_tls_is_refused_with_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    file = toml(tmp_path, '[security]\nssl-ca = "ca.pem"\ncert-allowed-cn = ["a", "b"]\n')
+    cfg = load_config(file, env={})
+    assert cfg.security.cert_allowed_cn == ("a", "b")
+    with pytest.raises(ConfigError, match="TLS is not supported yet"):
+        cfg.check_supported()
+    with pytest.raises(SystemExit) as excinfo:
+        pump_main.main(["--config", str(file)])
+    assert excinfo.value.code == 2
+    assert "TLS is not supported yet" in capsys.readouterr().err
+
+
+def test_print_config_round_trips(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert pump_main.main(["--gc", "2", "--node-id", "n1", "--print-config"]) == 0
+    out = capsys.readouterr().out
+    again = load_config(toml(tmp_path, out), env={})
+    assert again == load_config(flags={"gc": "2", "node-id": "n1"}, env={})
+    assert again.gc == 2 * DAY
+
+
+def test_deploy_sample_loads_to_the_defaults() -> None:
+    cfg = load_config(DEPLOY_SAMPLE, env={})
+    assert cfg == PumpConfig(gc=cfg.gc)
+    assert cfg.gc == 7 * DAY
+    assert dump(cfg)

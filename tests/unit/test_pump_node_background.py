@@ -1,0 +1,165 @@
+"""Background loops over MemoryStorage: fake binlogs when idle, GC ts and trigger, drainer purge warning."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from common import tso
+from common.pb import binlog_pb2
+from common.registry import NodeKind, NodeState, NodeStatus
+from pump.background import Background, drainers_at_risk, gc_ts_for, write_fake_binlog
+from pump.memory_storage import MemoryStorage
+from pump.metrics import PumpMetrics
+from pump.node import ApproxClock
+from tests.unit.test_pump_node import FakeRegistry, FakeTSO
+
+HOUR_TS = (3600 * 1000) << 18
+
+
+def wait_until(cond: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.005)
+
+
+def make_background(
+    storage: MemoryStorage,
+    registry: FakeRegistry | None = None,
+    *,
+    write_count: Callable[[], int] = lambda: 0,
+    fake_interval: float = 3600.0,
+    gc_keep: float = 3600.0,
+    clock: ApproxClock | None = None,
+    tso_source: FakeTSO | None = None,
+) -> tuple[Background, PumpMetrics]:
+    metrics = PumpMetrics()
+    bg = Background(
+        storage,
+        tso_source or FakeTSO(),
+        registry or FakeRegistry(),
+        metrics,
+        write_count=write_count,
+        fake_interval=fake_interval,
+        gc_keep=gc_keep,
+        clock=clock,
+    )
+    return bg, metrics
+
+
+def test_write_fake_binlog_is_a_rollback_with_start_equal_commit() -> None:
+    storage = MemoryStorage()
+    clock = ApproxClock()
+    ts = write_fake_binlog(storage, FakeTSO(), clock)
+    stored = storage.get_binlog(ts)
+    assert stored is not None
+    assert (stored.tp, stored.start_ts, stored.commit_ts) == (binlog_pb2.Rollback, ts, ts)
+    assert storage.max_commit_ts() == ts
+    assert clock.now() >= ts
+
+
+def test_fake_tick_writes_only_when_no_write_arrived() -> None:
+    storage = MemoryStorage()
+    writes = [0]
+    bg, _ = make_background(storage, write_count=lambda: writes[0])
+    assert bg.fake_tick()
+    writes[0] += 3
+    assert not bg.fake_tick()
+    assert bg.fake_tick()
+    assert storage.writes == 2
+
+
+def test_fake_loop_keeps_an_idle_pump_moving() -> None:
+    storage = MemoryStorage()
+    bg, _ = make_background(storage, fake_interval=0.01)
+    bg.start()
+    try:
+        wait_until(lambda: storage.writes >= 3, "idle fake binlogs")
+    finally:
+        bg.stop()
+    assert storage.max_commit_ts() > 0
+
+
+def test_gc_ts_is_tso_minus_keep() -> None:
+    now = tso.compose(1_700_000_000_000, 17)
+    assert gc_ts_for(now, 3600) == tso.compose(1_700_000_000_000 - 3_600_000, 0)
+    assert gc_ts_for(now, 1e12) == 0
+
+
+def test_gc_once_hands_the_gc_ts_to_the_storage() -> None:
+    storage = MemoryStorage()
+    source = FakeTSO()
+    bg, _ = make_background(storage, gc_keep=0.5, tso_source=source)
+    gc_ts = bg.gc_once()
+    assert gc_ts is not None
+    assert storage.gc_calls == [gc_ts]
+    assert tso.physical(source.ts) - tso.physical(gc_ts) == 500
+
+
+class SlowGCStorage(MemoryStorage):
+    """MemoryStorage whose gc() blocks until `gate` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+
+    def gc(self, ts: int) -> None:
+        self.entered.set()
+        self.gate.wait(10)
+        super().gc(ts)
+
+
+def test_trigger_gc_runs_once_and_says_when_gc_is_working() -> None:
+    storage = SlowGCStorage()
+    bg, _ = make_background(storage)
+    bg.start()
+    try:
+        assert bg.trigger_gc()
+        assert storage.entered.wait(10)
+        assert not bg.trigger_gc()  # "gc is working"
+        storage.gate.set()
+        wait_until(lambda: len(storage.gc_calls) == 1 and bg.trigger_gc(), "gc to finish")
+        wait_until(lambda: len(storage.gc_calls) == 2, "the second triggered gc")
+    finally:
+        storage.gate.set()
+        bg.stop()
+
+
+def test_drainers_at_risk() -> None:
+    gc_ts = tso.compose(1_700_000_000_000, 0)
+    drainers = [
+        NodeStatus("old", "h:1", NodeState.ONLINE, max_commit_ts=gc_ts + 19 * HOUR_TS),
+        NodeStatus("fresh", "h:2", NodeState.ONLINE, max_commit_ts=gc_ts + 21 * HOUR_TS),
+        NodeStatus("gone", "h:3", NodeState.OFFLINE, max_commit_ts=0),
+        NodeStatus("paused", "h:4", NodeState.PAUSED, max_commit_ts=gc_ts - 1),
+    ]
+    assert [d.node_id for d in drainers_at_risk(drainers, gc_ts)] == ["old", "paused"]
+
+
+def test_detect_once_logs_and_counts(caplog: pytest.LogCaptureFixture) -> None:
+    storage = MemoryStorage()
+    source = FakeTSO()
+    write_fake_binlog(storage, source)
+    storage.gc(storage.max_commit_ts() - 1)
+    registry = FakeRegistry()
+    registry.create(NodeKind.DRAINER, NodeStatus("d1", "h:1", NodeState.ONLINE, max_commit_ts=0))
+    bg, metrics = make_background(storage, registry)
+    with caplog.at_level(logging.ERROR, logger="pump.background"):
+        assert bg.detect_once() == ["d1"]
+    assert "drainer d1 checkpoint" in caplog.text
+    value = metrics.registry.get_sample_value("binlog_pump_detected_drainer_binlog_purge_count_total", {"id": "d1"})
+    assert value == 1.0
+
+
+def test_detect_once_before_any_gc_is_quiet() -> None:
+    registry = FakeRegistry()
+    registry.create(NodeKind.DRAINER, NodeStatus("d1", "h:1", NodeState.ONLINE, max_commit_ts=0))
+    bg, _ = make_background(MemoryStorage(), registry)
+    assert bg.detect_once() == []

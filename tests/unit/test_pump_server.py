@@ -1,0 +1,303 @@
+"""binlog.Pump over MemoryStorage: a real grpc server and channel on a loopback port."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import grpc
+import pytest
+
+from common.errors import BinlogError
+from common.pb import binlog_pb2, gogo, pump_pb2, pump_pb2_grpc
+from common.registry import NodeState
+from pump import server as server_mod
+from pump.memory_storage import MemoryStorage
+from pump.metrics import PumpMetrics
+from pump.server import GrpcServer, PumpService
+
+CLUSTER = 6_900_000_000_000_000_001
+DEADLINE = 10.0
+
+
+@dataclass
+class Pump:
+    storage: MemoryStorage
+    service: PumpService
+    metrics: PumpMetrics
+    channel: grpc.Channel
+    stub: pump_pb2_grpc.PumpStub
+    state: list[NodeState]
+
+
+def start_pump(max_message_size: int = 64 << 20) -> tuple[Pump, GrpcServer]:
+    storage = MemoryStorage()
+    state = [NodeState.ONLINE]
+    metrics = PumpMetrics(storage.status)
+    service = PumpService(storage, CLUSTER, lambda: state[0], metrics)
+    server = GrpcServer(service, "127.0.0.1:0", max_message_size=max_message_size, workers=8)
+    server.start()
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")
+    return Pump(storage, service, metrics, channel, pump_pb2_grpc.PumpStub(channel), state), server
+
+
+@pytest.fixture
+def pump() -> Iterator[Pump]:
+    p, server = start_pump()
+    yield p
+    p.channel.close()
+    p.service.close_streams()
+    server.stop(1.0)
+
+
+def prewrite(start_ts: int, value: bytes = b"pv") -> bytes:
+    pv = binlog_pb2.PrewriteValue(schema_version=3, mutations=[binlog_pb2.TableMutation(table_id=45)])
+    pv.mutations[0].inserted_rows.append(value)
+    return gogo.encode_binlog(binlog_pb2.Prewrite, start_ts, prewrite_value=gogo.marshal_prewrite_value(pv))
+
+
+def commit(start_ts: int, commit_ts: int) -> bytes:
+    return gogo.encode_binlog(binlog_pb2.Commit, start_ts, commit_ts)
+
+
+def write(p: Pump, payload: bytes, cluster: int = CLUSTER) -> pump_pb2.WriteBinlogResp:
+    resp: pump_pb2.WriteBinlogResp = p.stub.WriteBinlog(
+        pump_pb2.WriteBinlogReq(clusterID=cluster, payload=payload), timeout=DEADLINE
+    )
+    return resp
+
+
+def write_error(p: Pump, payload: bytes, cluster: int = CLUSTER) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as excinfo:
+        write(p, payload, cluster)
+    return excinfo.value
+
+
+def code_and_details(err: grpc.RpcError) -> tuple[grpc.StatusCode, str]:
+    return err.code(), err.details() or ""
+
+
+def wait_until(cond: object, what: str, timeout: float = DEADLINE) -> None:
+    assert callable(cond)
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+def sample(p: Pump, name: str, labels: dict[str, str] | None = None) -> float:
+    value = p.metrics.registry.get_sample_value(name, labels or {})
+    return 0.0 if value is None else value
+
+
+# ------------------------------------------------------------------------------------------- WriteBinlog
+
+
+def test_write_pair_is_stored_and_counted(pump: Pump) -> None:
+    assert write(pump, prewrite(10)).errmsg == ""
+    assert write(pump, commit(10, 11)).errmsg == ""
+    assert pump.storage.max_commit_ts() == 11
+    assert pump.service.write_count == 2
+    labels = {"method": "WriteBinlog", "label": "succ"}
+    assert sample(pump, "binlog_pump_rpc_duration_seconds_count", labels) == 2
+
+
+def test_bad_payload_is_invalid_argument(pump: Pump) -> None:
+    code, details = code_and_details(write_error(pump, b"\xff\xff\xff"))
+    assert code is grpc.StatusCode.INVALID_ARGUMENT
+    assert details.startswith("payload is not a binlog")
+    assert sample(pump, "binlog_pump_loss_binlog_count_total") == 1
+    assert sample(pump, "binlog_pump_rpc_duration_seconds_count", {"method": "WriteBinlog", "label": "fail"}) == 1
+
+
+def test_wrong_cluster_is_failed_precondition(pump: Pump) -> None:
+    code, details = code_and_details(write_error(pump, prewrite(10), cluster=CLUSTER + 1))
+    assert code is grpc.StatusCode.FAILED_PRECONDITION
+    assert details == f"cluster id mismatch: request has {CLUSTER + 1}, this pump serves {CLUSTER}"
+    assert pump.storage.writes == 0
+
+
+@pytest.mark.parametrize("state", [NodeState.PAUSING, NodeState.CLOSING, NodeState.PAUSED])
+def test_not_online_refuses_prewrite_but_accepts_commit_and_rollback(pump: Pump, state: NodeState) -> None:
+    write(pump, prewrite(10))
+    write(pump, prewrite(20))
+    pump.state[0] = state
+    code, details = code_and_details(write_error(pump, prewrite(30)))
+    assert (code, details) == (grpc.StatusCode.UNAVAILABLE, f"no online: {state.value}")
+    write(pump, commit(10, 11))
+    write(pump, gogo.encode_binlog(binlog_pb2.Rollback, 20, 0))
+    assert pump.storage.max_commit_ts() == 11
+    assert pump.storage.all_matched()
+
+
+def test_no_space_is_resource_exhausted_but_fake_binlogs_pass(pump: Pump) -> None:
+    pump.storage.no_space = True
+    code, details = code_and_details(write_error(pump, prewrite(10)))
+    assert code is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert details == "no available space"
+    write(pump, gogo.fake_binlog(50))
+    assert pump.storage.max_commit_ts() == 50
+
+
+def test_probe_succeeds_without_storing(pump: Pump) -> None:
+    assert write(pump, b"").errmsg == ""
+    assert write(pump, gogo.encode_binlog(binlog_pb2.Prewrite, 0, 0)).errmsg == ""
+    assert pump.storage.writes == 0
+    assert pump.service.write_count == 0
+
+
+def test_probe_of_a_paused_pump_fails_like_a_prewrite(pump: Pump) -> None:
+    pump.state[0] = NodeState.PAUSED
+    assert code_and_details(write_error(pump, b"")) == (grpc.StatusCode.UNAVAILABLE, "no online: paused")
+
+
+def test_closed_storage_is_unavailable(pump: Pump) -> None:
+    pump.storage.close()
+    code, details = code_and_details(write_error(pump, prewrite(10)))
+    assert code is grpc.StatusCode.UNAVAILABLE
+    assert "shutting down" in details
+
+
+def test_message_larger_than_max_message_size_is_refused() -> None:
+    p, server = start_pump(max_message_size=4096)
+    try:
+        code, _ = code_and_details(write_error(p, prewrite(10, b"x" * 10_000)))
+        assert code is grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert p.storage.writes == 0
+    finally:
+        p.channel.close()
+        server.stop(1.0)
+
+
+def test_slow_write_is_logged(pump: Pump, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(server_mod, "SLOW_RPC_SECONDS", 0.01)
+    pump.storage.write_delay = 0.02
+    with caplog.at_level(logging.WARNING, logger="pump.server"):
+        write(pump, prewrite(10))
+    assert any("slow write binlog RPC" in r.getMessage() for r in caplog.records)
+
+
+# ------------------------------------------------------------------------------------------- PullBinlogs
+
+
+class Puller:
+    """A PullBinlogs call read on a thread into a queue of (start_ts, commit_ts, Binlog)."""
+
+    def __init__(self, p: Pump, offset: int) -> None:
+        self.call = p.stub.PullBinlogs(pump_pb2.PullBinlogReq(clusterID=CLUSTER, startFrom=pump_pb2.Pos(offset=offset)))
+        self.items: queue.Queue[tuple[int, int, binlog_pb2.Binlog]] = queue.Queue()
+        self.error: list[grpc.RpcError] = []
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        try:
+            for resp in self.call:
+                e = resp.entity
+                self.items.put((e.meta.startTs, e.meta.commitTs, binlog_pb2.Binlog.FromString(e.payload)))
+        except grpc.RpcError as exc:
+            self.error.append(exc)
+
+    def take(self, n: int) -> list[tuple[int, int, binlog_pb2.Binlog]]:
+        return [self.items.get(timeout=DEADLINE) for _ in range(n)]
+
+    def cancel(self) -> None:
+        self.call.cancel()
+        self.thread.join(DEADLINE)
+
+
+def test_pull_streams_commits_above_offset_in_order_and_follows_new_writes(pump: Pump) -> None:
+    for start in (10, 20, 30):
+        write(pump, prewrite(start, bytes([start])))
+        write(pump, commit(start, start + 1))
+    puller = Puller(pump, offset=11)
+    try:
+        got = puller.take(2)
+        assert [(s, c) for s, c, _ in got] == [(20, 21), (30, 31)]
+        first = got[0][2]
+        assert first.tp == binlog_pb2.Commit
+        pv = binlog_pb2.PrewriteValue.FromString(first.prewrite_value)
+        assert pv.mutations[0].inserted_rows == [bytes([20])]
+
+        write(pump, prewrite(40))
+        write(pump, gogo.fake_binlog(35))  # arrives after the prewrite: held back by it
+        assert puller.items.empty()
+        write(pump, commit(40, 41))
+        assert [(s, c) for s, c, _ in puller.take(2)] == [(35, 35), (40, 41)]
+    finally:
+        puller.cancel()
+
+
+def test_wire_bytes_are_gogo_identical(pump: Pump) -> None:
+    write(pump, prewrite(10))
+    write(pump, commit(10, 11))
+    write(pump, gogo.fake_binlog(12))
+    raw: grpc.UnaryStreamMultiCallable[pump_pb2.PullBinlogReq, bytes] = pump.channel.unary_stream(
+        "/binlog.Pump/PullBinlogs",
+        request_serializer=pump_pb2.PullBinlogReq.SerializeToString,
+        response_deserializer=None,  # raw bytes off the wire
+    )
+    call = raw(pump_pb2.PullBinlogReq(clusterID=CLUSTER, startFrom=pump_pb2.Pos(offset=0)))
+    try:
+        it = iter(call)
+        first, second = next(it), next(it)
+    finally:
+        call.cancel()  # type: ignore[no-untyped-call]  # untyped in grpc-stubs
+    merged = gogo.encode_binlog(
+        binlog_pb2.Commit, 10, 11, prewrite_value=binlog_pb2.Binlog.FromString(prewrite(10)).prewrite_value
+    )
+    assert first == gogo.marshal_pull_resp(merged, 10, 11)
+    # PullBinlogResp{entity{pos{}, payload=Binlog{tp=Rollback, start=commit=12}, meta{12, 12}}}, as Go writes it
+    assert second == bytes.fromhex("0a 14 0a 00 12 0a 08 02 10 0c 18 0c 38 00 40 00 22 04 08 0c 10 0c")
+
+
+def test_cancel_ends_the_server_side_stream(pump: Pump) -> None:
+    puller = Puller(pump, offset=0)
+    wait_until(lambda: pump.service.live_streams == 1, "the stream to open")
+    puller.cancel()
+    wait_until(lambda: pump.service.live_streams == 0, "the server to end the stream")
+    assert sample(pump, "binlog_pump_rpc_duration_seconds_count", {"method": "PullBinlogs", "label": "succ"}) == 1
+
+
+def test_close_streams_ends_streams_with_unavailable_and_refuses_new_ones(pump: Pump) -> None:
+    puller = Puller(pump, offset=0)
+    wait_until(lambda: pump.service.live_streams == 1, "the stream to open")
+    pump.service.close_streams()
+    puller.thread.join(DEADLINE)
+    assert [e.code() for e in puller.error] == [grpc.StatusCode.UNAVAILABLE]
+    late = Puller(pump, offset=0)
+    late.thread.join(DEADLINE)
+    assert [e.code() for e in late.error] == [grpc.StatusCode.UNAVAILABLE]
+
+
+def test_pull_with_wrong_cluster_is_failed_precondition(pump: Pump) -> None:
+    call = pump.stub.PullBinlogs(pump_pb2.PullBinlogReq(clusterID=1))
+    with pytest.raises(grpc.RpcError) as excinfo:
+        next(iter(call))
+    code, details = code_and_details(excinfo.value)
+    assert code is grpc.StatusCode.FAILED_PRECONDITION
+    assert details.startswith("cluster id mismatch: request has 1")
+    assert pump.service.live_streams == 0
+
+
+def test_storage_close_ends_stream_with_unavailable(pump: Pump) -> None:
+    puller = Puller(pump, offset=0)
+    wait_until(lambda: pump.service.live_streams == 1, "the stream to open")
+    pump.storage.close()
+    puller.thread.join(DEADLINE)
+    assert [e.code() for e in puller.error] == [grpc.StatusCode.UNAVAILABLE]
+
+
+def test_a_busy_grpc_port_is_a_clear_error(pump: Pump) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(BinlogError, match=f"cannot listen on 127.0.0.1:{port}"):
+            GrpcServer(pump.service, f"127.0.0.1:{port}", max_message_size=1 << 20)
