@@ -141,3 +141,50 @@ class PumpStorage(Protocol):
     def close(self) -> None:
         """Stop intake, flush, finalize the vlog, persist pointers. Idempotent."""
         ...
+
+
+class StorageObserver(Protocol):
+    """Hooks through which the storage reports what the original's metrics measure (reference §6).
+
+    The pump's metrics module implements it; every method must be cheap and must not raise.
+    """
+
+    def write_batch(self, binlogs: int, size_bytes: int, write_seconds: float, fsync_seconds: float) -> None:
+        """One group-commit batch: binlogs in it, bytes, time of the write call and of fdatasync."""
+        ...
+
+    def rotate(self, seconds: float) -> None: ...
+
+    def error(self, kind: str) -> None:
+        """kind: write_binlog | write_binlog_batch | batch_write_kv | read_value | feed_pre_write_value."""
+        ...
+
+    def chaser(self, event: str, catch_up_seconds: float | None = None) -> None:
+        """event: turned_on | turned_off | catch_up | recovery."""
+        ...
+
+    def resolver_query(self) -> None: ...
+
+    def gc_done(self, done_gc_ts: int, deleted_kv: int) -> None: ...
+
+
+class NullObserver:
+    """A StorageObserver that records nothing (the default)."""
+
+    def write_batch(self, binlogs: int, size_bytes: int, write_seconds: float, fsync_seconds: float) -> None:
+        pass
+
+    def rotate(self, seconds: float) -> None:
+        pass
+
+    def error(self, kind: str) -> None:
+        pass
+
+    def chaser(self, event: str, catch_up_seconds: float | None = None) -> None:
+        pass
+
+    def resolver_query(self) -> None:
+        pass
+
+    def gc_done(self, done_gc_ts: int, deleted_kv: int) -> None:
+        pass
