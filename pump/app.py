@@ -1,7 +1,9 @@
 """`PumpApp`: builds and wires one pump (storage, resolver, registry node, gRPC, HTTP, background).
 
 Start-up (`start()`), reference §1.7:
-    etcd + TSO client, cluster id -> node id -> resolver + storage -> metrics, servicer, gRPC bound
+    etcd + TSO client, cluster id -> node id -> resolver (None without `[upstream] txn-status-dsn`: the
+    storage then skips resolve passes; warned once) -> metrics -> storage (reporting to the metrics'
+    StorageMetrics observer) -> servicer, gRPC bound
     -> HTTP serving -> register `online` -> Notify every online drainer if this pump is new or was
     offline (any failure: publish `offline`, close, raise NotifyError) -> gRPC serving -> heartbeat
     -> background (fake binlogs, GC, drainer checkpoint warning).
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 import logging
 import threading
 from collections.abc import Callable
@@ -51,30 +54,53 @@ from pump.node import (
     wait_safe_to_offline,
 )
 from pump.server import GrpcServer, PumpService
-from pump.storage.api import CommitResolver, PumpStorage, StorageOptions, StorageStatus
+from pump.storage.api import CommitResolver, PumpStorage, StorageObserver, StorageOptions, StorageStatus
 
 log = logging.getLogger(__name__)
 
 GRPC_STOP_GRACE: Final = 10.0
 """Seconds gRPC gets to finish running calls at shutdown (original: GracefulStop capped at 10 s)."""
 
-StorageFactory = Callable[[Path, StorageOptions, CommitResolver], PumpStorage]
-ResolverFactory = Callable[[PumpConfig], CommitResolver]
+StorageFactory = Callable[[Path, StorageOptions, CommitResolver | None], PumpStorage]
+"""Builds the storage from (data dir, options, resolver or None).  Tests pass their own."""
+ResolverFactory = Callable[[PumpConfig], CommitResolver | None]
 T = TypeVar("T")
 
 
-def default_storage_factory(data_dir: Path, options: StorageOptions, resolver: CommitResolver) -> PumpStorage:
-    """The real storage, `pump.storage.storage.Storage` (imported only when a pump really starts)."""
+def default_storage_factory(
+    data_dir: Path,
+    options: StorageOptions,
+    resolver: CommitResolver | None,
+    *,
+    observer: StorageObserver | None = None,
+) -> PumpStorage:
+    """The real storage, `pump.storage.storage.Storage` (imported only when a pump really starts).
+
+    `observer` (the pump's StorageMetrics) is handed over only if this Storage accepts `observer=`.
+    """
     module = importlib.import_module("pump.storage.storage")
-    storage: PumpStorage = module.Storage(data_dir, options, resolver)
+    kwargs: dict[str, object] = {}
+    if observer is not None:
+        if "observer" in inspect.signature(module.Storage).parameters:
+            kwargs["observer"] = observer
+        else:
+            log.warning("this storage does not report metrics: binlog_pump_storage_* series will stay empty")
+    storage: PumpStorage = module.Storage(data_dir, options, resolver, **kwargs)
     return storage
 
 
-def default_resolver_factory(cfg: PumpConfig) -> CommitResolver:
-    """`TxnStatusResolver` over `[upstream] txn-status-dsn`, or `NullResolver` when it is empty."""
+def default_resolver_factory(cfg: PumpConfig) -> CommitResolver | None:
+    """`TxnStatusResolver` over `[upstream] txn-status-dsn`; None (no resolve passes) when it is empty."""
+    dsn = cfg.upstream.txn_status_dsn
+    if not dsn.strip():
+        log.warning(
+            "no [upstream] txn-status-dsn configured: a prewrite whose commit binlog never arrives "
+            "will wait forever (the commit watermark stops behind it)"
+        )
+        return None
     from pump.resolver import open_resolver
 
-    return open_resolver(cfg.upstream.txn_status_dsn, max_txn_timeout=cfg.storage.max_txn_timeout)
+    return open_resolver(dsn, max_txn_timeout=cfg.storage.max_txn_timeout)
 
 
 class PumpApp:
@@ -91,7 +117,7 @@ class PumpApp:
     ) -> None:
         cfg.check_supported()
         self.cfg = cfg
-        self._storage_factory = storage_factory or default_storage_factory
+        self._storage_factory = storage_factory
         self._resolver_factory = resolver_factory or default_resolver_factory
         self._notify_policy = notify_policy
         self._offline_check_interval = offline_check_interval
@@ -132,8 +158,14 @@ class PumpApp:
         log.info("pump node_id=%s cluster_id=%d data_dir=%s", node_id, self.cluster_id, cfg.data_dir)
 
         self.resolver = self._resolver_factory(cfg)
-        self.storage = storage = self._storage_factory(cfg.data_dir, cfg.storage_options(), self.resolver)
-        self.metrics = PumpMetrics(storage.status)
+        self.metrics = PumpMetrics(self._storage_status_for_metrics)
+        if self._storage_factory is not None:
+            storage = self._storage_factory(cfg.data_dir, cfg.storage_options(), self.resolver)
+        else:
+            storage = default_storage_factory(
+                cfg.data_dir, cfg.storage_options(), self.resolver, observer=self.metrics.storage
+            )
+        self.storage = storage
         self.node = node = PumpNode(
             self.registry,
             self.tso,
@@ -144,7 +176,13 @@ class PumpApp:
             heartbeat_interval=cfg.heartbeat_interval,
             notify_policy=self._notify_policy,
         )
-        self.service = PumpService(storage, self.cluster_id, lambda: node.state, self.metrics)
+        self.service = PumpService(
+            storage,
+            self.cluster_id,
+            lambda: node.state,
+            self.metrics,
+            max_inflight_write_bytes=cfg.storage.max_inflight_write_bytes,
+        )
         self.grpc = GrpcServer(self.service, cfg.addr, socket=cfg.socket, max_message_size=cfg.max_message_size)
         self.http = StatusServer(self, cfg.status_addr)
         self.http.start()
@@ -173,6 +211,10 @@ class PumpApp:
         )
         self.background.start()
         log.info("pump %s is online: gRPC %s (port %d), HTTP %s", node_id, cfg.addr, self.grpc.port, self.http.addr)
+
+    def _storage_status_for_metrics(self) -> StorageStatus | None:
+        storage = self.storage
+        return None if storage is None else storage.status()
 
     # -------------------------------------------------------------------------------------- run
     def run(self) -> int:

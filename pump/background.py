@@ -5,6 +5,8 @@
   `storage.write_binlog`, so drainers merging this pump keep moving.
 * GC: every hour (`GC_INTERVAL`) and on `trigger_gc()` (POST /debug/gc/trigger), gc ts = the current
   TSO minus `gc` seconds, then `storage.gc(gc_ts)`.  GC does not wait for drainers (as the original).
+* An unexpected error (OSError, a bug) in any loop is logged with its traceback and counted in
+  `binlog_pump_background_error_count{loop=gc|fake_binlog|detect_drainer}` (ours); the loop goes on.
 * Purge warning: every 10 minutes, each non-offline drainer whose maxCommitTS < gc ts + 20 h is logged
   at ERROR and counted in `binlog_pump_detected_drainer_binlog_purge_count{id}`.
 """
@@ -123,7 +125,15 @@ class Background:
 
     def _fake_loop(self) -> None:
         while not self._stop.wait(self._fake_interval):
-            self.fake_tick()
+            self._guarded("fake_binlog", self.fake_tick)
+
+    def _guarded(self, loop: str, fn: Callable[[], object]) -> None:
+        """One round of a loop: an unexpected error is logged with its traceback and counted, never fatal."""
+        try:
+            fn()
+        except Exception:
+            log.exception("background %s: unexpected error; the loop goes on", loop)
+            self._metrics.background_error.labels(loop=loop).inc()
 
     # -------------------------------------------------------------------------------------- gc
     def trigger_gc(self) -> bool:
@@ -148,6 +158,10 @@ class Background:
         except BinlogError as exc:
             log.warning("gc failed: %s", exc)
             return None
+        except Exception:
+            log.exception("gc failed unexpectedly")
+            self._metrics.background_error.labels(loop="gc").inc()
+            return None
         finally:
             with self._gc_lock:
                 self._gc_running = False
@@ -158,7 +172,7 @@ class Background:
             if self._stop.is_set():
                 return
             self._gc_trigger.clear()
-            self.gc_once()
+            self._guarded("gc", self.gc_once)
 
     # ---------------------------------------------------------------------------------- detect
     def detect_once(self) -> list[str]:
@@ -184,7 +198,10 @@ class Background:
 
     def _detect_loop(self) -> None:
         while not self._stop.wait(self._detect_interval):
-            try:
-                self.detect_once()
-            except BinlogError as exc:
-                log.warning("drainer checkpoint check failed: %s", exc)
+            self._guarded("detect_drainer", self._detect_round)
+
+    def _detect_round(self) -> None:
+        try:
+            self.detect_once()
+        except BinlogError as exc:
+            log.warning("drainer checkpoint check failed: %s", exc)

@@ -5,6 +5,8 @@ Keys are the original `pump.toml` ones, plus a few of ours:
     status-addr              HTTP status / metrics address. grpcio cannot share a port with HTTP/1.1,
                              so the original's single cmux port becomes two (DESIGN §4).
     [storage] value-log-file-size, resolve-interval, max-txn-timeout
+    [storage] max-inflight-write-bytes  WriteBinlog payload bytes held between arrival and the
+                             storage's return (default 256 MiB; one larger payload is admitted alone)
     [upstream] txn-status-dsn
 
 `gc` keeps the original's two spellings: a plain number is a number of DAYS (`gc = 7`, `PUMP_GC=7`,
@@ -73,6 +75,8 @@ MAX_MESSAGE_SIZE_LIMIT: Final = 2 * 1024**3
 DEFAULT_MAX_MESSAGE_SIZE: Final = MAX_MESSAGE_SIZE_LIMIT - 4 * 1024**2
 """Original: MaxInt - 4 MiB."""
 DEFAULT_LOG_LEVEL: Final = "info"
+DEFAULT_MAX_INFLIGHT_WRITE_BYTES: Final = 256 * 1024**2
+"""Ours: `[storage] max-inflight-write-bytes`."""
 
 LogLevel = Literal["debug", "info", "warn", "warning", "error", "fatal"]
 
@@ -152,6 +156,10 @@ class StorageConfig:
     max_txn_timeout: Duration = field(
         default=DEFAULT_MAX_TXN_TIMEOUT,
         metadata={"help": "drop a prewrite the upstream does not know after this long", "validate": _positive},
+    )
+    max_inflight_write_bytes: ByteSize = field(
+        default=DEFAULT_MAX_INFLIGHT_WRITE_BYTES,
+        metadata={"help": "WriteBinlog payload bytes in flight before new writes wait (ours)", "validate": _positive},
     )
     kv: KVConfig = field(default_factory=KVConfig)
 

@@ -5,6 +5,25 @@ OpenMetrics rule; Go's client does not add the suffix), so `binlog_pump_loss_bin
 `binlog_pump_loss_binlog_count_total`.  `binlog_pump_detected_drainer_binlog_purge_count{id}` is
 registered here (the original defined but never registered it).
 
+`binlog_pump_background_error_count{loop}` (ours) counts unexpected errors in the background loops.
+
+`StorageMetrics` is the storage's `StorageObserver` (pump/storage/api.py) on the same registry:
+
+    binlog_pump_storage_error_count{type}                          counter
+    binlog_pump_storage_write_binlog_size{type=batch}              histogram exp(16, 2, 25)
+    binlog_pump_storage_write_binlog_duration_time{type=batch|to_disk|fsync|rotate}
+                                                                   histogram exp(0.00005, 2, 20)
+                                                                   (batch = to_disk + fsync)
+    binlog_pump_storage_slow_chaser_count{type}                    counter
+    binlog_pump_storage_slow_chaser_catchup_time_seconds           histogram exp(0.001, 2, 22)
+    binlog_pump_storage_query_tikv_count                           counter (txn-status store lookups)
+    binlog_pump_storage_done_gc_ts                                 gauge (physical ms of the TSO)
+    binlog_pump_storage_deleted_kv_total                           counter
+
+The catch-up histogram is registered as `binlog_pump_storage_slow_chaser_catchup_time_seconds` (ours):
+the original registered it under the drainer subsystem by mistake, as
+`binlog_drainer_slow_chaser_catchup_time_seconds`, although only the pump records it.
+
 The storage gauges `binlog_pump_storage_max_commit_ts`, `binlog_pump_storage_gc_ts` (physical ms of the
 TSO, as the original) and `binlog_pump_storage_storage_size_bytes{type=capacity|available}` are read
 from `PumpStorage.status()` at scrape time.
@@ -19,6 +38,7 @@ from typing import Final
 from prometheus_client import (
     CollectorRegistry,
     Counter,
+    Gauge,
     GCCollector,
     Histogram,
     PlatformCollector,
@@ -36,6 +56,12 @@ log = logging.getLogger(__name__)
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 RPC_BUCKETS: Final = tuple(0.00005 * 2**i for i in range(18))
 """prometheus.ExponentialBuckets(0.00005, 2, 18), as the original."""
+SIZE_BUCKETS: Final = tuple(16.0 * 2**i for i in range(25))
+"""ExponentialBuckets(16, 2, 25): binlog_pump_storage_write_binlog_size."""
+WRITE_DURATION_BUCKETS: Final = tuple(0.00005 * 2**i for i in range(20))
+"""ExponentialBuckets(0.00005, 2, 20): binlog_pump_storage_write_binlog_duration_time."""
+CATCHUP_BUCKETS: Final = tuple(0.001 * 2**i for i in range(22))
+"""ExponentialBuckets(0.001, 2, 22): the slow chaser's catch-up time."""
 
 WRITE_BINLOG: Final = "WriteBinlog"
 PULL_BINLOGS: Final = "PullBinlogs"
@@ -88,6 +114,13 @@ class PumpMetrics:
             ["id"],
             registry=self.registry,
         )
+        self.background_error = Counter(
+            "binlog_pump_background_error_count",
+            "unexpected errors in the pump's background loops (ours)",
+            ["loop"],
+            registry=self.registry,
+        )
+        self.storage = StorageMetrics(self.registry)
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         GCCollector(registry=self.registry)
@@ -99,3 +132,90 @@ class PumpMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class StorageMetrics:
+    """The storage's `StorageObserver`: the original's `binlog_pump_storage_*` metrics.  Never raises."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.error_count = Counter(
+            "binlog_pump_storage_error_count", "Total count of storage errors", ["type"], registry=registry
+        )
+        self.write_binlog_size = Histogram(
+            "binlog_pump_storage_write_binlog_size",
+            "write binlog size",
+            ["type"],
+            buckets=SIZE_BUCKETS,
+            registry=registry,
+        )
+        self.write_binlog_duration = Histogram(
+            "binlog_pump_storage_write_binlog_duration_time",
+            "Bucketed histogram of write time (s) of a binlog",
+            ["type"],
+            buckets=WRITE_DURATION_BUCKETS,
+            registry=registry,
+        )
+        self.slow_chaser_count = Counter(
+            "binlog_pump_storage_slow_chaser_count",
+            "How many times the slow chaser changed",
+            ["type"],
+            registry=registry,
+        )
+        self.slow_chaser_catchup = Histogram(
+            "binlog_pump_storage_slow_chaser_catchup_time_seconds",
+            "Time (s) the slow chaser took to catch up (the original: binlog_drainer_slow_chaser_catchup_time_seconds)",
+            buckets=CATCHUP_BUCKETS,
+            registry=registry,
+        )
+        self.query_tikv_count = Counter(
+            "binlog_pump_storage_query_tikv_count", "Total count of txn status queries", registry=registry
+        )
+        self.done_gc_ts = Gauge(
+            "binlog_pump_storage_done_gc_ts", "the ts (physical ms) up to which gc is done", registry=registry
+        )
+        self.deleted_kv = Counter(
+            "binlog_pump_storage_deleted_kv_total", "Total number of index entries deleted by gc", registry=registry
+        )
+
+    def write_batch(self, binlogs: int, size_bytes: int, write_seconds: float, fsync_seconds: float) -> None:
+        try:
+            self.write_binlog_size.labels(type="batch").observe(size_bytes)
+            self.write_binlog_duration.labels(type="batch").observe(write_seconds + fsync_seconds)
+            self.write_binlog_duration.labels(type="to_disk").observe(write_seconds)
+            self.write_binlog_duration.labels(type="fsync").observe(fsync_seconds)
+        except Exception:  # pragma: no cover - an observer must never fail the storage
+            log.debug("write_batch metrics failed", exc_info=True)
+
+    def rotate(self, seconds: float) -> None:
+        try:
+            self.write_binlog_duration.labels(type="rotate").observe(seconds)
+        except Exception:  # pragma: no cover
+            log.debug("rotate metrics failed", exc_info=True)
+
+    def error(self, kind: str) -> None:
+        try:
+            self.error_count.labels(type=kind).inc()
+        except Exception:  # pragma: no cover
+            log.debug("error metrics failed", exc_info=True)
+
+    def chaser(self, event: str, catch_up_seconds: float | None = None) -> None:
+        try:
+            self.slow_chaser_count.labels(type=event).inc()
+            if catch_up_seconds is not None:
+                self.slow_chaser_catchup.observe(catch_up_seconds)
+        except Exception:  # pragma: no cover
+            log.debug("chaser metrics failed", exc_info=True)
+
+    def resolver_query(self) -> None:
+        try:
+            self.query_tikv_count.inc()
+        except Exception:  # pragma: no cover
+            log.debug("resolver metrics failed", exc_info=True)
+
+    def gc_done(self, done_gc_ts: int, deleted_kv: int) -> None:
+        try:
+            self.done_gc_ts.set(tso.physical(done_gc_ts))
+            if deleted_kv > 0:
+                self.deleted_kv.inc(deleted_kv)
+        except Exception:  # pragma: no cover
+            log.debug("gc metrics failed", exc_info=True)

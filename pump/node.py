@@ -131,17 +131,32 @@ class ApproxClock:
 
 @dataclass(frozen=True)
 class NotifyPolicy:
-    """How hard to try `binlog.Cistern/Notify` on each drainer (original: 3 tries, 1 s back-off x2, 10 s)."""
+    """How hard to try `binlog.Cistern/Notify` on each drainer (original: 3 tries, 1 s back-off x2, 10 s).
+
+    Each try is bounded (`attempt_timeout`), so an unreachable drainer still gets every try within
+    `timeout`.  By default a try gets an equal share of what the back-offs leave of `timeout`
+    (10 s - 1 s - 2 s over 3 tries: 2.33 s); the last try gets whatever remains.
+    """
 
     attempts: int = 3
     backoff: float = 1.0
     factor: float = 2.0
     timeout: float = 10.0
+    attempt_timeout: float | None = None
+
+    def per_attempt(self) -> float:
+        if self.attempt_timeout is not None:
+            return self.attempt_timeout
+        attempts = max(1, self.attempts)
+        backoffs = sum(self.backoff * self.factor**i for i in range(attempts - 1))
+        share = (self.timeout - backoffs) / attempts
+        return share if share > 0 else self.timeout / attempts
 
 
 def notify_drainer(host: str, policy: NotifyPolicy) -> None:
     """Call Notify on the drainer at `host`; raises NotifyError when every try failed."""
     deadline = time.monotonic() + policy.timeout
+    per_attempt = policy.per_attempt()
     delay = policy.backoff
     last = "no attempt"
     with grpc.insecure_channel(host) as channel:
@@ -150,8 +165,9 @@ def notify_drainer(host: str, policy: NotifyPolicy) -> None:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
+            timeout = remaining if attempt == policy.attempts else min(per_attempt, remaining)
             try:
-                stub.Notify(cistern_pb2.NotifyReq(), timeout=remaining, wait_for_ready=True)
+                stub.Notify(cistern_pb2.NotifyReq(), timeout=timeout, wait_for_ready=True)
                 return
             except grpc.RpcError as exc:
                 last = _rpc_error(exc)
@@ -319,8 +335,10 @@ def wait_safe_to_offline(
 
     1. write a fake binlog (retried every `interval`);
     2. wait until every prewrite is matched and the watermark reached the fake binlog;
-    3. wait until the lowest maxCommitTS of the non-offline drainers reached the pump's maxCommitTS,
-       writing a fake binlog every `interval` meanwhile.
+    3. read the pump's maxCommitTS once, then wait until the lowest maxCommitTS of the non-offline
+       drainers reached that value, writing a fake binlog every `interval` meanwhile so the drainers
+       keep moving.  The target is not re-read: drainers publish their checkpoint less often than
+       fake binlogs are written, so a moving target could never be reached.
     Returns False when `abort` was set first.
     """
     fake_ts = 0
@@ -335,9 +353,10 @@ def wait_safe_to_offline(
     while not (all_matched() and max_commit_ts() >= fake_ts):
         if abort.wait(min(interval, _LOCAL_CHECK_INTERVAL)):  # local checks: cheap, poll faster
             return False
+    target = max_commit_ts()  # read ONCE: later fake binlogs only keep the drainers moving
+    log.info("offline: storage reached commit_ts=%d; waiting for the drainers to reach it", target)
     reported = -1
     while True:
-        target = max_commit_ts()
         drainers = [d for d in registry.list(NodeKind.DRAINER) if d.state is not NodeState.OFFLINE]
         lowest = min((d.max_commit_ts for d in drainers), default=target)
         if lowest >= target:

@@ -16,6 +16,16 @@ text as details; `errmsg` is therefore empty on every response that arrives (a s
 The liveness probe (empty payload: start_ts == commit_ts == 0, tp == Prewrite) takes the same checks as a
 prewrite, as in the original: it succeeds, storing nothing, only while the node is online.
 
+Capacity.  Every PullBinlogs stream holds a gRPC worker thread for as long as it is open, so at most
+`max_pull_streams` (default half of the `GRPC_WORKERS` pool) are served at once; one more is refused
+with RESOURCE_EXHAUSTED "too many pull streams", which leaves threads for WriteBinlog.  The server is
+built with `maximum_concurrent_rpcs` = the pool size, so calls beyond it are refused by grpcio
+(RESOURCE_EXHAUSTED) instead of queueing without bound.  WriteBinlog payload bytes in flight (from
+before the payload is parsed until the storage returned) are bounded by `max_inflight_write_bytes`
+(`[storage] max-inflight-write-bytes`, ours, default 256 MiB); a call waits for room (at most until its
+deadline: DEADLINE_EXCEEDED), in arrival order, and a payload larger than the whole budget is admitted
+alone.
+
 PullBinlogs streams `PullBinlogResp` bytes made by `gogo.marshal_pull_resp` (byte-identical to the Go
 pump; also ~45x cheaper than building the message for a 1 MiB payload) through a method handler whose
 response serializer passes bytes through.  A stream ends only when the client cancels (`add_callback`
@@ -27,6 +37,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from typing import Any, Final
@@ -45,8 +56,12 @@ log = logging.getLogger(__name__)
 SERVICE_NAME: Final = "binlog.Pump"
 SLOW_RPC_SECONDS: Final = 1.0
 """A WriteBinlog taking at least this long is logged (original: 1 s)."""
-GRPC_WORKERS: Final = 64
-"""Thread pool of the gRPC server; every open PullBinlogs stream holds one thread."""
+GRPC_WORKERS: Final = 256
+"""Thread pool of the gRPC server (and its maximum_concurrent_rpcs); every open PullBinlogs stream holds one thread."""
+MAX_PULL_STREAMS: Final = GRPC_WORKERS // 2
+"""PullBinlogs streams served at once; the other half of the pool is kept for WriteBinlog."""
+DEFAULT_MAX_INFLIGHT_WRITE_BYTES: Final = 256 << 20
+"""WriteBinlog payload bytes between arrival and the storage's return (ours)."""
 _GRPC_INT_MAX: Final = 2**31 - 1
 
 
@@ -59,6 +74,47 @@ class _AbortError(Exception):
         self.message = message
 
 
+class ByteBudget:
+    """A semaphore counted in bytes, admitting in arrival order; an oversized request is admitted alone."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._cond = threading.Condition()
+        self._in_use = 0
+        self._waiting: deque[object] = deque()
+
+    @property
+    def in_use(self) -> int:
+        with self._cond:
+            return self._in_use
+
+    def acquire(self, n: int, timeout: float | None = None) -> bool:
+        """Take `n` bytes; False when `timeout` seconds passed first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        token = object()
+        with self._cond:
+            self._waiting.append(token)
+            try:
+                while not (self._waiting[0] is token and self._fits(n)):
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        return False
+                    self._cond.wait(remaining)
+                self._in_use += n
+                return True
+            finally:
+                self._waiting.remove(token)
+                self._cond.notify_all()
+
+    def _fits(self, n: int) -> bool:
+        return self._in_use == 0 or self._in_use + n <= self.limit
+
+    def release(self, n: int) -> None:
+        with self._cond:
+            self._in_use -= n
+            self._cond.notify_all()
+
+
 class PumpService:
     """The servicer: request checks, the storage call, metrics.  Thread-safe."""
 
@@ -68,8 +124,13 @@ class PumpService:
         cluster_id: int,
         state: Callable[[], NodeState],
         metrics: PumpMetrics,
+        *,
+        max_pull_streams: int = MAX_PULL_STREAMS,
+        max_inflight_write_bytes: int = DEFAULT_MAX_INFLIGHT_WRITE_BYTES,
     ) -> None:
         self._storage = storage
+        self._max_pull_streams = max_pull_streams
+        self._write_budget = ByteBudget(max_inflight_write_bytes)
         self._cluster_id = cluster_id
         self._state = state
         self._metrics = metrics
@@ -94,7 +155,7 @@ class PumpService:
         started = time.monotonic()
         ok = False
         try:
-            self._write(request)
+            self._write_within_budget(request, context)
             ok = True
             return pump_pb2.WriteBinlogResp()
         except _AbortError as failed:
@@ -105,6 +166,22 @@ class PumpService:
             self._metrics.observe_rpc(WRITE_BINLOG, ok, elapsed)
             if elapsed >= SLOW_RPC_SECONDS:
                 log.warning("slow write binlog RPC: %.3fs (payload %d bytes)", elapsed, len(request.payload))
+
+    @property
+    def inflight_write_bytes(self) -> int:
+        return self._write_budget.in_use
+
+    def _write_within_budget(self, request: pump_pb2.WriteBinlogReq, context: grpc.ServicerContext) -> None:
+        size = len(request.payload)
+        if not self._write_budget.acquire(size, context.time_remaining()):
+            raise _AbortError(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                f"deadline passed waiting for room: {self._write_budget.limit} bytes of writes in flight",
+            )
+        try:
+            self._write(request)
+        finally:
+            self._write_budget.release(size)
 
     def _write(self, request: pump_pb2.WriteBinlogReq) -> None:
         self._check_cluster(request.clusterID)
@@ -151,10 +228,15 @@ class PumpService:
         stop = threading.Event()
         with self._lock:
             closing = self._closing
-            if not closing:
+            full = len(self._streams) >= self._max_pull_streams
+            if not closing and not full:
                 self._streams.add(stop)
         if closing:
             context.abort(grpc.StatusCode.UNAVAILABLE, "pump is shutting down")
+        if full:
+            self._metrics.observe_rpc(PULL_BINLOGS, False, time.monotonic() - started)
+            log.warning("refused a pull stream from %s: %d streams open", context.peer(), self._max_pull_streams)
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "too many pull streams")
         if not context.add_callback(stop.set):
             stop.set()  # the RPC is already over
         offset = request.startFrom.offset
@@ -225,6 +307,7 @@ class GrpcServer:
         self._executor = futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pump-grpc")
         self._server = grpc.server(
             self._executor,
+            maximum_concurrent_rpcs=workers,
             options=[
                 ("grpc.max_receive_message_length", size),
                 ("grpc.max_send_message_length", size),

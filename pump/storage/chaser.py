@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
+from pump.storage.api import NullObserver, StorageObserver
 from pump.storage.vlog_record import ValuePointer
 
 __all__ = ["ChaserItem", "ChaserTimings", "SlowChaser"]
@@ -60,7 +61,9 @@ class SlowChaser(Generic[T]):
         recovery_timeout: float = DEFAULT_RECOVERY_TIMEOUT,
         recover_gap: float = DEFAULT_RECOVER_GAP,
         clock: Callable[[], float] = time.monotonic,
+        observer: StorageObserver | None = None,
     ) -> None:
+        self._observer = observer or NullObserver()
         self._scan = scan
         self._output = output
         self._interval = interval
@@ -95,6 +98,7 @@ class SlowChaser(Generic[T]):
         self._next = first_not_handed
         self._on = True
         self.turned_on += 1
+        self._observer.chaser("turned_on")
         log.warning("slow chaser turned on fid=%d offset=%d", first_not_handed.fid, first_not_handed.offset)
 
     # ----------------------------------------------------------------------------------- passes
@@ -131,14 +135,16 @@ class SlowChaser(Generic[T]):
 
     def try_recover(self) -> bool:
         """Final catch-up under the write lock, bounded by `recovery_timeout`; turns off on success."""
-        self._last_recovery = self._clock()
+        began = self._last_recovery = self._clock()
         self.recoveries += 1
         with self.write_lock:
             done = self.catch_up(self._clock() + self._recovery_timeout)
             if done:
                 self._on = False
                 self.turned_off += 1
+        self._observer.chaser("recovery", self._clock() - began)
         if done:
+            self._observer.chaser("turned_off")
             assert self._next is not None
             log.info("slow chaser recovered and turned off fid=%d offset=%d", self._next.fid, self._next.offset)
         else:
@@ -150,9 +156,11 @@ class SlowChaser(Generic[T]):
         if not self._on:
             return
         started = self._clock()
-        if not self.catch_up():
-            return
+        done = self.catch_up()
         took = self._clock() - started
+        self._observer.chaser("catch_up", took)
+        if not done:
+            return
         if took >= self._quick_pass:
             log.info("slow chaser catch-up pass took %.3fs, not recovering yet", took)
             return

@@ -1,6 +1,7 @@
 """Cross-check of the index against the value log (`Storage.check()`, tests, offline inspection).
 
-1. Every `ts:`/`late:` entry points at a readable record whose index ts equals the key's ts.
+1. Every `ts:`/`late:` entry points at a readable record whose index ts equals the key's ts, and
+   every `ts:` commit above the gc ts has its prewrite indexed (GC keeps long transactions').
 2. Every vlog record before headPointer (above the GC cut-off) is indexed: its ts has a `ts:` or
    `late:` entry (a retried binlog with the same ts is indexed once, at its newest copy).
 3. maxCommitTS is 0 or the commit_ts of an indexed commit/fake binlog, and the persisted
@@ -52,6 +53,8 @@ def check_storage(
                 problem(f"{name}{ts} -> fid={ptr.fid} offset={ptr.offset}: record has ts {got}")
             if prefix == TS_PREFIX:
                 kinds[ts] = b.tp
+                if b.tp == binlog_pb2.Commit and ts > gc_ts and kinds.get(b.start_ts) != binlog_pb2.Prewrite:
+                    problem(f"{name}{ts} -> commit start_ts={b.start_ts}: prewrite missing from the index")
     # 2. vlog -> index
     first = vlog.fids()[0]
     for ptr, payload in vlog.scan(ValuePointer(first, 0)):

@@ -14,7 +14,18 @@ from common.errors import CodecError
 from common.pb import binlog_pb2
 from pump.storage.vlog_record import ValuePointer
 
-__all__ = ["COMMIT", "PREWRITE", "ROLLBACK", "Entry", "index_ts", "is_fake", "is_probe", "max_ts", "parse_binlog"]
+__all__ = [
+    "COMMIT",
+    "PREWRITE",
+    "ROLLBACK",
+    "Entry",
+    "index_ts",
+    "is_fake",
+    "is_probe",
+    "max_ts",
+    "parse_binlog",
+    "prewrite_key_of",
+]
 
 PREWRITE = binlog_pb2.Prewrite
 COMMIT = binlog_pb2.Commit
@@ -27,6 +38,8 @@ class Entry(NamedTuple):
     commit_ts: int
     ptr: ValuePointer
     next_ptr: ValuePointer
+    prewrite_key: bytes | None = None
+    """A prewrite's prewrite_key (None otherwise): the resolver needs only this and start_ts."""
 
     @property
     def index_ts(self) -> int:
@@ -59,3 +72,8 @@ def parse_binlog(payload: bytes) -> binlog_pb2.Binlog:
         return binlog_pb2.Binlog.FromString(payload)
     except DecodeError as e:
         raise CodecError(f"stored payload is not a binlog: {e}") from e
+
+
+def prewrite_key_of(b: binlog_pb2.Binlog) -> bytes | None:
+    """What an `Entry` keeps of a binlog for the resolver: a prewrite's prewrite_key, if set."""
+    return b.prewrite_key if b.tp == PREWRITE and b.HasField("prewrite_key") else None

@@ -8,6 +8,9 @@ Keys (upstream `pump/storage/util.go`, `storage.go`):
     b"late:" + ts u64 big-endian  -> value pointer of a commit the sorter ignored because its
               commit_ts was at or below the watermark when it arrived (ours: kept out of the
               `ts:` range so it never becomes visible, but still accounted for by `check()`).
+    b"long:" + commit_ts u64 big-endian -> start_ts i64 little-endian: a commit whose prewrite is
+              more than GC's 10-minute margin older (ours); GC keeps every key from the smallest
+              such start_ts on while the commit is above the gc ts.
     b"!binlog!gcts"          -> i64 little-endian
     b"!binlog!maxCommitTS"   -> i64 little-endian
     b"!binlog!handlePointer" -> value pointer: where the sorter resumes at start-up
@@ -33,6 +36,7 @@ __all__ = [
     "HEAD_POINTER_KEY",
     "Index",
     "late_key",
+    "long_key",
     "ts_key",
 ]
 
@@ -40,6 +44,7 @@ log = logging.getLogger(__name__)
 
 TS_PREFIX: Final = b"ts:"
 LATE_PREFIX: Final = b"late:"
+LONG_PREFIX: Final = b"long:"
 GC_TS_KEY: Final = b"!binlog!gcts"
 MAX_COMMIT_TS_KEY: Final = b"!binlog!maxCommitTS"
 HANDLE_POINTER_KEY: Final = b"!binlog!handlePointer"
@@ -57,6 +62,10 @@ def ts_key(ts: int) -> bytes:
 
 def late_key(ts: int) -> bytes:
     return LATE_PREFIX + ts.to_bytes(8, "big")
+
+
+def long_key(commit_ts: int) -> bytes:
+    return LONG_PREFIX + commit_ts.to_bytes(8, "big")
 
 
 class Index:
@@ -123,29 +132,40 @@ class Index:
             for key, raw in it:
                 yield int.from_bytes(key[len(prefix) :], "big"), decode_pointer(raw)
 
+    def long_txns_above(self, ts: int) -> list[tuple[int, int]]:
+        """(commit_ts, start_ts) of the `long:` entries with commit_ts > ts."""
+        if ts >= _TS_END - 1:
+            return []
+        with self._db.iterator(start=long_key(ts + 1), stop=LONG_PREFIX[:-1] + b";") as it:
+            return [(int.from_bytes(k[len(LONG_PREFIX) :], "big"), int(_I64.unpack(v)[0])) for k, v in it]
+
     def has(self, key: bytes) -> bool:
         return self._db.get(key) is not None
 
     def delete_upto(self, ts: int, *, batch: int = GC_BATCH) -> int:
-        """Delete the `ts:` and `late:` entries with ts <= `ts` in batches; how many were deleted."""
+        """Delete the `ts:`, `late:` and `long:` entries with ts <= `ts` in batches; how many were deleted."""
         deleted = 0
+        while n := self.delete_batch_upto(ts, batch=batch):
+            deleted += n
+        return deleted
+
+    def delete_batch_upto(self, ts: int, *, batch: int = GC_BATCH) -> int:
+        """One batch of `delete_upto` (at most `batch` keys); 0 when nothing is left to delete."""
         stop_ts = min(ts, _TS_END - 1)
-        for prefix in (TS_PREFIX, LATE_PREFIX):
-            while True:
-                with self._db.iterator(
-                    start=prefix + bytes(8),
-                    stop=prefix + stop_ts.to_bytes(8, "big"),
-                    include_stop=True,
-                    include_value=False,
-                ) as it:
-                    keys = [k for _, k in zip(range(batch), it, strict=False)]
-                if not keys:
-                    break
+        for prefix in (TS_PREFIX, LATE_PREFIX, LONG_PREFIX):
+            with self._db.iterator(
+                start=prefix + bytes(8),
+                stop=prefix + stop_ts.to_bytes(8, "big"),
+                include_stop=True,
+                include_value=False,
+            ) as it:
+                keys = [k for _, k in zip(range(batch), it, strict=False)]
+            if keys:
                 with self._db.write_batch() as wb:
                     for k in keys:
                         wb.delete(k)
-                deleted += len(keys)
-        return deleted
+                return len(keys)
+        return 0
 
     def close(self) -> None:
         if not self._db.closed:

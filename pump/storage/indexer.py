@@ -16,8 +16,17 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Final
 
+from pump.storage.api import StorageObserver
 from pump.storage.entry import Entry
-from pump.storage.index import HANDLE_POINTER_KEY, HEAD_POINTER_KEY, MAX_COMMIT_TS_KEY, Index, late_key, ts_key
+from pump.storage.index import (
+    HANDLE_POINTER_KEY,
+    HEAD_POINTER_KEY,
+    MAX_COMMIT_TS_KEY,
+    Index,
+    late_key,
+    long_key,
+    ts_key,
+)
 from pump.storage.primitives import Watermark
 from pump.storage.queues import BoundedQueue
 from pump.storage.sorter import Sorter
@@ -44,7 +53,9 @@ class IndexWriter:
         head: ValuePointer,
         clock: Callable[[], float] = time.monotonic,
         persist_interval: float = PERSIST_INTERVAL,
+        observer: StorageObserver | None = None,
     ) -> None:
+        self._observer = observer
         self._index = index
         self._sorter = sorter
         self._sort_lock = sort_lock
@@ -78,9 +89,13 @@ class IndexWriter:
                 visible = True if sort_from is not None and e.ptr < sort_from else push(e, now)
                 keys.append(((ts_key if visible else late_key)(e.index_ts), e.ptr))
             state = (self._sorter.watermark, self._sorter.handle_pointer)
+            longs = self._sorter.long_unwritten()
         head = entries[-1].next_ptr
-        if not self._write(keys, head, state):
+        if not self._write(keys, head, state, [(long_key(c), s) for c, s in longs]):
             return False
+        if longs:
+            with self._sort_lock:
+                self._sorter.long_written(len(longs))
         self.head = head
         self._safe = state
         if not replay:
@@ -97,10 +112,25 @@ class IndexWriter:
             for e in entries:
                 self._sorter.push(e, now)
             self._safe = (self._sorter.watermark, self._sorter.handle_pointer)
+            longs = self._sorter.long_unwritten()
+        if longs:  # indexed with their commit already; rewritten in case (idempotent)
+            try:
+                self._index.write((), ints=[(long_key(c), s) for c, s in longs])
+            except Exception as e:
+                log.error("index write of long transactions failed at replay: %s", e)
+                if self._observer is not None:
+                    self._observer.error("batch_write_kv")
+            else:
+                with self._sort_lock:
+                    self._sorter.long_written(len(longs))
         self._watermark.advance(self._safe[0])
 
     def _write(
-        self, keys: list[tuple[bytes, ValuePointer]], head: ValuePointer, state: tuple[int, ValuePointer | None]
+        self,
+        keys: list[tuple[bytes, ValuePointer]],
+        head: ValuePointer,
+        state: tuple[int, ValuePointer | None],
+        longs: list[tuple[bytes, int]],
     ) -> bool:
         now = self._clock()
         ints: list[tuple[bytes, int]] = []
@@ -109,10 +139,12 @@ class IndexWriter:
             ints, pointers = self._meta(state, head)
         while True:
             try:
-                self._index.write(keys, ints=ints, pointers=pointers)
+                self._index.write(keys, ints=ints + longs, pointers=pointers)
                 break
             except Exception as e:
                 log.error("index write failed, retrying in %.0fs entries=%d: %s", RETRY_INTERVAL, len(keys), e)
+                if self._observer is not None:
+                    self._observer.error("batch_write_kv")
                 if self._closing.wait(RETRY_INTERVAL):
                     log.error("index write given up at close entries=%d", len(keys))
                     return False
@@ -140,6 +172,8 @@ class IndexWriter:
             self._index.write((), ints=ints, pointers=pointers)
         except Exception as e:
             log.error("persisting maxCommitTS/handlePointer failed: %s", e)
+            if self._observer is not None:
+                self._observer.error("batch_write_kv")
             return
         self._persisted = self._safe
         self._last_persist = now

@@ -16,8 +16,8 @@ from typing import Final
 
 from common.errors import CodecError, CorruptRecordError, StorageClosedError, StorageError
 from common.pb import binlog_pb2, gogo
-from pump.storage.api import PulledBinlog
-from pump.storage.entry import parse_binlog
+from pump.storage.api import NullObserver, PulledBinlog, StorageObserver
+from pump.storage.entry import index_ts, parse_binlog
 from pump.storage.index import Index
 from pump.storage.primitives import ReaderGate, Watermark
 from pump.storage.vlog import ValueLog
@@ -46,8 +46,16 @@ def merge_prewrite(commit: binlog_pb2.Binlog, prewrite: binlog_pb2.Binlog) -> by
 
 class Puller:
     def __init__(
-        self, gate: ReaderGate, index: Index, vlog: ValueLog, watermark: Watermark, gc_ts: Callable[[], int]
+        self,
+        gate: ReaderGate,
+        index: Index,
+        vlog: ValueLog,
+        watermark: Watermark,
+        gc_ts: Callable[[], int],
+        *,
+        observer: StorageObserver | None = None,
     ) -> None:
+        self._observer = observer or NullObserver()
         self._gate = gate
         self._index = index
         self._vlog = vlog
@@ -91,14 +99,29 @@ class Puller:
                 return
 
     def _read(self, ts: int, ptr: ValuePointer) -> tuple[binlog_pb2.Binlog, bytes] | None:
+        """The binlog indexed as `ts` at `ptr`; None (logged, counted) when unreadable or when the
+        record there is not that binlog (a stale key, e.g. after a power loss with sync-log off)."""
         try:
             payload = self._vlog.read(ptr)
-            return parse_binlog(payload), payload
+            b = parse_binlog(payload)
         except StorageClosedError:
             raise
         except (CorruptRecordError, CodecError, StorageError) as e:
             log.error("unreadable binlog skipped ts=%d fid=%d offset=%d: %s", ts, ptr.fid, ptr.offset, e)
+            self._observer.error("read_value")
             return None
+        got = index_ts(b.tp, b.start_ts, b.commit_ts)
+        if got != ts:
+            log.error(
+                "index entry points at another binlog, skipped ts=%d fid=%d offset=%d record_ts=%d",
+                ts,
+                ptr.fid,
+                ptr.offset,
+                got,
+            )
+            self._observer.error("read_value")
+            return None
+        return b, payload
 
     def _load(self, ts: int, ptr: ValuePointer) -> PulledBinlog | None:
         got = self._read(ts, ptr)
@@ -114,6 +137,7 @@ class Puller:
                 log.error(
                     "prewrite of a commit not found, commit skipped start_ts=%d commit_ts=%d", b.start_ts, b.commit_ts
                 )
+                self._observer.error("feed_pre_write_value")
                 return None
             return PulledBinlog(b.start_ts, b.commit_ts, merge_prewrite(b, p[0]))
         if b.tp == binlog_pb2.Rollback and b.commit_ts == 0:

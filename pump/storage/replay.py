@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from common.errors import CodecError
-from pump.storage.entry import Entry, is_probe, parse_binlog
+from pump.storage.entry import Entry, is_probe, parse_binlog, prewrite_key_of
 from pump.storage.indexer import IndexWriter
 from pump.storage.vlog import ValueLog
 from pump.storage.vlog_record import ValuePointer
@@ -75,7 +75,7 @@ def replay(
             flush()
             mode = kind
         if kind != _SKIP:
-            pending.append(Entry(b.tp, b.start_ts, b.commit_ts, ptr, ptr.advance(len(payload))))
+            pending.append(Entry(b.tp, b.start_ts, b.commit_ts, ptr, ptr.advance(len(payload)), prewrite_key_of(b)))
     flush()
     indexer.persist(force=True)
     log.info(

@@ -1,7 +1,9 @@
 """Asks the commit resolver about prewrites whose commit has not arrived (upstream `storage.go resolve`).
 
-Prewrites that waited at least `resolve-interval` are read back from the vlog and handed to
-`CommitResolver.resolve(prewrite, waited)`, outside the sorter lock:
+Prewrites that waited at least `resolve-interval` here are handed to
+`CommitResolver.resolve(prewrite, waited)` outside the sorter lock, as a minimal binlog (tp, start_ts
+and prewrite_key, kept by the sorter: no vlog read), `waited` being the seconds since start_ts in
+cluster time (so max-txn-timeout does not restart with the process):
 
 * COMMITTED  -> the storage writes the commit binlog itself (tp=Commit, start_ts, the resolver's
   commit_ts, prewrite_key copied) through the normal write path; the sorter pairs it like any other.
@@ -15,18 +17,24 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
+from common import tso
 from common.errors import BinlogError
 from common.pb import binlog_pb2
-from pump.storage.api import CommitResolver, Verdict
-from pump.storage.entry import parse_binlog
+from pump.storage.api import CommitResolver, NullObserver, StorageObserver, Verdict
 from pump.storage.sorter import Sorter
-from pump.storage.vlog_record import ValuePointer
 
-__all__ = ["resolve_pass"]
+__all__ = ["resolve_pass", "waited_since_start"]
 
 log = logging.getLogger(__name__)
+
+
+def waited_since_start(start_ts: int, wall: float) -> float:
+    """Seconds since the transaction started, in cluster time (upstream compares PD time with
+    start_ts): survives a pump restart, unlike the time the prewrite arrived here."""
+    return max(0.0, wall - tso.physical(start_ts) / 1000)
 
 
 def resolve_pass(
@@ -34,17 +42,35 @@ def resolve_pass(
     sorter: Sorter,
     sort_lock: threading.Lock,
     *,
-    read: Callable[[ValuePointer], bytes],
     write: Callable[[binlog_pb2.Binlog], None],
     now: Callable[[], float],
+    wall: Callable[[], float] = time.time,
+    stop: threading.Event | None = None,
+    observer: StorageObserver | None = None,
 ) -> int:
-    """One round over the prewrites due; how many were asked about."""
+    """One round over the prewrites due; how many were asked about.
+
+    The resolver sees a minimal prewrite (tp, start_ts, prewrite_key) built from what the sorter
+    keeps: nothing is read back from the vlog.  `stop` is checked before every call, so a slow
+    resolver delays close() by one call at most."""
+    obs = observer or NullObserver()
     with sort_lock:
         due = sorter.due_for_resolve(now())
-    for w, waited in due:
+    asked = 0
+    for i, (w, _) in enumerate(due):
+        if stop is not None and stop.is_set():
+            with sort_lock:  # not asked: due again later (due_for_resolve parked them)
+                for rest, _ in due[i:]:
+                    sorter.retry_later(rest.start_ts, now())
+            break
         start_ts = w.start_ts
+        waited = waited_since_start(start_ts, wall())
         try:
-            prewrite = parse_binlog(read(w.ptr))
+            prewrite = binlog_pb2.Binlog(tp=binlog_pb2.Prewrite, start_ts=start_ts)
+            if w.prewrite_key is not None:
+                prewrite.prewrite_key = w.prewrite_key
+            asked += 1
+            obs.resolver_query()
             res = resolver.resolve(prewrite, waited)
             if res.verdict is Verdict.WAIT:
                 log.debug("prewrite still pending start_ts=%d waited=%.1f reason=%s", start_ts, waited, res.reason)
@@ -58,8 +84,8 @@ def resolve_pass(
             else:
                 tp, commit_ts = binlog_pb2.Rollback, 0
             done = binlog_pb2.Binlog(tp=tp, start_ts=start_ts, commit_ts=commit_ts)
-            if prewrite.HasField("prewrite_key"):
-                done.prewrite_key = prewrite.prewrite_key
+            if w.prewrite_key is not None:
+                done.prewrite_key = w.prewrite_key
             write(done)
             log.info(
                 "prewrite resolved start_ts=%d commit_ts=%d verdict=%s waited=%.1f reason=%s",
@@ -73,4 +99,4 @@ def resolve_pass(
             log.error("resolving prewrite failed start_ts=%d: %s", start_ts, e)
             with sort_lock:
                 sorter.retry_later(start_ts, now())
-    return len(due)
+    return asked

@@ -23,16 +23,20 @@ import logging
 import math
 from collections import deque
 from dataclasses import dataclass
+from typing import Final
 
 from pump.storage.entry import COMMIT, PREWRITE, Entry
 from pump.storage.vlog_record import ValuePointer
 
-__all__ = ["Sorter", "Waiting"]
+__all__ = ["LONG_TXN_TSO", "Sorter", "Waiting"]
 
 log = logging.getLogger(__name__)
 
 
 _MIN_COMPACT = 1024
+LONG_TXN_TSO: Final = 600_000 << 18
+"""A commit with commit_ts - start_ts above this (10 minutes, the GC margin) is a long transaction:
+its prewrite is older than what GC keeps below a gc ts, so it is recorded for GC to protect."""
 
 
 class _Run:
@@ -54,6 +58,7 @@ class Waiting:
     ptr: ValuePointer
     arrived: float
     next_ask: float
+    prewrite_key: bytes | None = None
 
 
 class Sorter:
@@ -73,6 +78,7 @@ class Sorter:
         self._resume = handle  # handle pointer when no item is held
         self._interval = resolve_interval
         self.late_count = 0
+        self._long: list[tuple[int, int]] = []  # (commit_ts, start_ts) of long txns not yet indexed
 
     @property
     def watermark(self) -> int:
@@ -103,11 +109,12 @@ class Sorter:
         if tp == PREWRITE:
             w = self._waiting.get(e.start_ts)
             if w is None:
-                self._waiting[e.start_ts] = Waiting(e.start_ts, e.ptr, now, now + self._interval)
+                self._waiting[e.start_ts] = Waiting(e.start_ts, e.ptr, now, now + self._interval, e.prewrite_key)
             else:  # a retried prewrite: wait for the newest copy
                 w.ptr = e.ptr
+                w.prewrite_key = e.prewrite_key
         else:
-            self._waiting.pop(e.start_ts, None)
+            paired = self._waiting.pop(e.start_ts, None) is not None
             if (tp == COMMIT or e.commit_ts > 0) and e.commit_ts <= self._watermark:
                 visible = False
                 self.late_count += 1
@@ -117,6 +124,8 @@ class Sorter:
                     e.commit_ts,
                     self._watermark,
                 )
+            elif paired and tp == COMMIT and e.commit_ts - e.start_ts > LONG_TXN_TSO:
+                self._long.append((e.commit_ts, e.start_ts))
         items = self._items
         if tp == PREWRITE:
             items.append(e)
@@ -160,6 +169,20 @@ class Sorter:
                 out.append(_Run(top, it.ptr, it.next_ptr))
         self._items = out
         self._compact_at = max(self._compact_min, 2 * len(out))
+
+    # ------------------------------------------------------------------------------ long txns
+
+    def long_unwritten(self) -> list[tuple[int, int]]:
+        """(commit_ts, start_ts) of the long transactions paired but not yet confirmed indexed."""
+        return list(self._long)
+
+    def long_written(self, count: int) -> None:
+        """The first `count` of `long_unwritten()` are now in the index."""
+        del self._long[:count]
+
+    def oldest_waiting_start_ts(self) -> int | None:
+        """The smallest start_ts of the prewrites still waiting for their commit."""
+        return min(self._waiting, default=None)
 
     # --------------------------------------------------------------------------------- resolve
 

@@ -5,9 +5,10 @@
         chaser takes over when a hand-off blocks > slow_chaser_threshold) ─► index writer:
         sorter push + LevelDB batch, then maxCommitTS published ─► pullers woken
 
-Threads, all joined by close(): vlog writer, index writer, slow chaser, maintenance (free space
-every 3 s; resolver rounds).  Start-up replays the vlog from min(headPointer, handlePointer), so
-a deleted `kv/` directory is rebuilt from the vlog.  `<data-dir>/.lock` is flock'ed while open.
+Threads, all joined by close(): vlog writer, index writer, slow chaser, maintenance (resolver
+rounds; the stop flag is checked between resolver calls), free space (every 3 s).  Start-up
+replays the vlog from min(headPointer, handlePointer), so a deleted `kv/` directory is rebuilt from
+the vlog.  `<data-dir>/.lock` is flock'ed while open.
 """
 
 from __future__ import annotations
@@ -21,11 +22,19 @@ from typing import Final
 
 from common.errors import CodecError, CorruptRecordError, NoSpaceError, StorageClosedError, StorageError
 from common.pb import binlog_pb2, gogo
-from pump.storage.api import CommitResolver, PulledBinlog, StorageOptions, StorageStatus
+from pump.storage import diskguard
+from pump.storage.api import (
+    CommitResolver,
+    NullObserver,
+    PulledBinlog,
+    StorageObserver,
+    StorageOptions,
+    StorageStatus,
+)
 from pump.storage.chaser import ChaserTimings, SlowChaser
 from pump.storage.check import check_storage
-from pump.storage.diskguard import REFRESH_INTERVAL, DiskGuard
-from pump.storage.entry import Entry, is_fake, is_probe, parse_binlog
+from pump.storage.diskguard import DiskGuard
+from pump.storage.entry import PREWRITE, Entry, is_fake, is_probe, parse_binlog, prewrite_key_of
 from pump.storage.index import GC_TS_KEY, HANDLE_POINTER_KEY, HEAD_POINTER_KEY, MAX_COMMIT_TS_KEY, Index
 from pump.storage.indexer import IndexWriter
 from pump.storage.lockfile import DirLock
@@ -34,7 +43,7 @@ from pump.storage.pull import Puller
 from pump.storage.queues import BoundedQueue
 from pump.storage.replay import replay
 from pump.storage.resolve import resolve_pass
-from pump.storage.sorter import Sorter
+from pump.storage.sorter import LONG_TXN_TSO, Sorter
 from pump.storage.vlog import OpenReport, ValueLog
 from pump.storage.vlog_record import ValuePointer
 from pump.storage.writer import VlogWriter
@@ -43,7 +52,7 @@ __all__ = ["GC_KEEP_TSO", "Storage"]
 
 log = logging.getLogger(__name__)
 
-GC_KEEP_TSO: Final = 600_000 << 18  # GC keeps 10 more minutes so a commit still finds its prewrite
+GC_KEEP_TSO: Final = LONG_TXN_TSO  # GC keeps 10 more minutes so a commit still finds its prewrite
 
 
 class Storage:
@@ -60,7 +69,11 @@ class Storage:
         *,
         clock: Callable[[], float] = time.monotonic,
         chaser_timings: ChaserTimings = ChaserTimings(),  # noqa: B008 - frozen dataclass
+        observer: StorageObserver | None = None,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
+        self._observer: StorageObserver = observer or NullObserver()
+        self._wall = wall_clock
         self._dir = data_dir
         self._opts = options
         self._resolver = resolver
@@ -87,7 +100,12 @@ class Storage:
     def _open(self, timings: ChaserTimings) -> None:
         opts = self._opts
         self._disk = DiskGuard(self._dir, opts.stop_write_at_available_space)
-        vlog = self._vlog = ValueLog(self._dir / "value", file_size=opts.value_log_file_size, sync=opts.sync_log)
+        vlog = self._vlog = ValueLog(
+            self._dir / "value",
+            file_size=opts.value_log_file_size,
+            sync=opts.sync_log,
+            on_rotate=self._observer.rotate,
+        )
         index = self._index = Index(self._dir / "kv")
         self._gc_ts = index.get_int(GC_TS_KEY) or 0
         end = vlog.end_pointer()
@@ -108,6 +126,7 @@ class Storage:
             self._index_queue,
             head=head or ValuePointer(vlog.fids()[0], 0),
             clock=self._clock,
+            observer=self._observer,
         )
         self.replay_stats = replay(vlog, self._indexer, handle=handle, head=head)
         self._chaser: SlowChaser[Entry] = SlowChaser(
@@ -118,6 +137,7 @@ class Storage:
             recovery_timeout=timings.recovery_timeout,
             recover_gap=timings.recover_gap,
             clock=self._clock,
+            observer=self._observer,
         )
         self._writer = VlogWriter(
             vlog,
@@ -126,14 +146,17 @@ class Storage:
             max_batch_bytes=opts.max_batch_bytes,
             queue_bytes=opts.write_queue_bytes,
             handoff_timeout=opts.slow_chaser_threshold,
+            observer=self._observer,
         )
-        self._puller = Puller(self._gate, index, vlog, self._watermark, lambda: self._gc_ts)
+        self._puller = Puller(self._gate, index, vlog, self._watermark, lambda: self._gc_ts, observer=self._observer)
         self._maint_stop = threading.Event()
         self._maint = threading.Thread(target=self._maintain, name="pump-storage-maintenance", daemon=True)
+        self._disk_thread = threading.Thread(target=self._refresh_disk, name="pump-storage-disk", daemon=True)
         self._indexer.start()
         self._writer.start()
         self._chaser.start()
         self._maint.start()
+        self._disk_thread.start()
         if self._resolver is None:
             log.warning("storage has no commit resolver: a prewrite whose commit never arrives blocks maxCommitTS")
         log.info(
@@ -156,9 +179,17 @@ class Storage:
             raise StorageClosedError("storage is closed")
         tp = binlog.tp
         if not self._disk.writable() and not is_fake(tp, start_ts, commit_ts):
+            self._observer.error("write_binlog")
             raise NoSpaceError(self._disk.message())
         began = time.monotonic()
-        self._writer.submit(tp, start_ts, commit_ts, payload)
+        key = binlog.prewrite_key if tp == PREWRITE and binlog.HasField("prewrite_key") else None
+        try:
+            self._writer.submit(tp, start_ts, commit_ts, payload, key)
+        except StorageClosedError:
+            raise
+        except StorageError:
+            self._observer.error("write_binlog")
+            raise
         took = time.monotonic() - began
         if took > self._opts.slow_write_threshold:
             log.warning("slow storage write took=%.3fs start_ts=%d commit_ts=%d", took, start_ts, commit_ts)
@@ -176,7 +207,7 @@ class Storage:
                     "slow chaser skipped a record that is not a binlog fid=%d offset=%d: %s", ptr.fid, ptr.offset, e
                 )
                 continue
-            yield Entry(b.tp, b.start_ts, b.commit_ts, ptr, ptr.advance(len(payload)))
+            yield Entry(b.tp, b.start_ts, b.commit_ts, ptr, ptr.advance(len(payload)), prewrite_key_of(b))
 
     # ------------------------------------------------------------------------------------ read
 
@@ -208,6 +239,7 @@ class Storage:
                 raise
             except (CorruptRecordError, CodecError, StorageError) as e:
                 log.error("binlog unreadable ts=%d fid=%d offset=%d: %s", ts, ptr.fid, ptr.offset, e)
+                self._observer.error("read_value")
                 return None
 
     def status(self) -> StorageStatus:
@@ -250,6 +282,11 @@ class Storage:
     # -------------------------------------------------------------------------------------- gc
 
     def gc(self, ts: int) -> None:
+        """Forget what is at or below `ts` - GC_KEEP_TSO, but nothing from the oldest prewrite a
+        commit above `ts` still needs (a long transaction) or a waiting prewrite on.
+
+        Index keys go in batches, each inside the reader gate on its own, so close() never waits
+        for a whole pass (the pass stops when the storage closes; the next one finishes it)."""
         with self._gc_lock:
             if ts <= self._gc_ts:
                 log.info("gc ignored: not above the current gc ts gc_ts=%d current=%d", ts, self._gc_ts)
@@ -258,35 +295,75 @@ class Storage:
             if ts >= top:
                 log.warning("gc ignored as unsafe: not below max_commit_ts gc_ts=%d max_commit_ts=%d", ts, top)
                 return
-            with self._gate.enter():
-                self._index.put_int(GC_TS_KEY, ts)
-                self._gc_ts = ts
-                cutoff = ts - GC_KEEP_TSO
-                keys = self._index.delete_upto(cutoff) if cutoff > 0 else 0
-                fids = self._vlog.gc(cutoff) if cutoff > 0 else []
+            keys = 0
+            fids: list[int] = []
+            try:
+                with self._gate.enter():
+                    cutoff = self._gc_cutoff(ts)
+                    self._index.put_int(GC_TS_KEY, ts)
+                    self._gc_ts = ts
+                while cutoff > 0:
+                    with self._gate.enter():
+                        n = self._index.delete_batch_upto(cutoff)
+                    if not n:
+                        break
+                    keys += n
+                if cutoff > 0:
+                    with self._gate.enter():
+                        fids = self._vlog.gc(cutoff)
+            except StorageClosedError:
+                log.info("gc interrupted by close gc_ts=%d deleted_keys=%d", ts, keys)
+                return
             log.info("gc done gc_ts=%d cutoff=%d deleted_keys=%d deleted_files=%s", ts, cutoff, keys, fids)
+            self._observer.gc_done(ts, keys)
+
+    def _gc_cutoff(self, ts: int) -> int:
+        cutoff = ts - GC_KEEP_TSO
+        if cutoff <= 0:
+            return cutoff
+        needed = [s for _, s in self._index.long_txns_above(ts)]
+        with self._sort_lock:
+            needed += [s for c, s in self._sorter.long_unwritten() if c > ts]
+            oldest = self._sorter.oldest_waiting_start_ts()
+        if oldest is not None:
+            needed.append(oldest)
+        keep_from = min(needed, default=None)
+        if keep_from is not None and keep_from <= cutoff:
+            log.info(
+                "gc keeps the prewrites of long transactions gc_ts=%d cutoff=%d kept_from_start_ts=%d",
+                ts,
+                cutoff,
+                keep_from,
+            )
+            cutoff = keep_from - 1
+        return cutoff
 
     # ----------------------------------------------------------------------------- maintenance
+
+    def _refresh_disk(self) -> None:
+        """Free space every 3 s, on its own thread: a slow resolver must not freeze it."""
+        while not self._maint_stop.wait(diskguard.REFRESH_INTERVAL):
+            try:
+                self._disk.refresh()
+            except Exception:
+                log.exception("free space refresh failed")
 
     def _maintain(self) -> None:
         interval = self._opts.resolve_interval
         tick = max(0.01, min(0.5, interval / 2))
-        next_disk = time.monotonic() + REFRESH_INTERVAL
-        vlog = self._vlog
         while not self._maint_stop.wait(tick):
-            if time.monotonic() >= next_disk:
-                self._disk.refresh()
-                next_disk = time.monotonic() + REFRESH_INTERVAL
             if self._resolver is None:
-                continue
+                return
             try:
                 resolve_pass(
                     self._resolver,
                     self._sorter,
                     self._sort_lock,
-                    read=vlog.read,
                     write=self._write_internal,
                     now=self._clock,
+                    wall=self._wall,
+                    stop=self._maint_stop,
+                    observer=self._observer,
                 )
             except StorageClosedError:
                 return
@@ -303,6 +380,7 @@ class Storage:
             log.info("storage closing: intake stopped dir=%s", self._dir)
             self._maint_stop.set()
             self._maint.join()
+            self._disk_thread.join()
             log.info("storage closing: maintenance and resolver stopped")
             self._writer.close()
             log.info("storage closing: vlog writer drained")

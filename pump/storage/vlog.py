@@ -5,9 +5,12 @@ current file and starts a new one when the write offset passes `file_size`, fina
 file with a footer (see `vlog_record`).  Any number of readers use `read(ptr)` and `scan(from)`
 (`os.pread`, no shared file position) while the writer appends: a file's published `end` only
 moves after the bytes before it are written.  A reader holds a reference on the file it reads, so
-GC unlinks at once but closes the descriptor only when the last reader is done.
+GC unlinks at once but the descriptor is closed (once, under the lock) by whoever drops the last
+reference: GC itself when no reader holds the file, else the last reader.
 
-Opening trusts an ended file's footer; any other file is scanned to rebuild its maxTS.  Damaged
+Opening trusts an ended file's footer (for the highest-numbered file only when its record headers
+end exactly where the footer starts: a record's payload may end with footer-like bytes); any
+other file is scanned to rebuild its maxTS.  Damaged
 spans are reported (logged and counted in `open_report`) and skipped; damage at the tail of the
 last file (a torn append) is truncated away so that new records follow the last good one.
 """
@@ -19,6 +22,7 @@ import logging
 import os
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,7 +83,7 @@ class OpenReport:
 
 
 class _LogFile:
-    __slots__ = ("end", "ended", "fd", "fid", "max_ts", "path", "refs", "removed")
+    __slots__ = ("closed", "end", "ended", "fd", "fid", "max_ts", "path", "refs", "removed")
 
     def __init__(self, fid: int, path: Path, fd: int, *, end: int, max_ts: int, ended: bool) -> None:
         self.fid = fid
@@ -90,6 +94,13 @@ class _LogFile:
         self.ended = ended
         self.refs = 0
         self.removed = False
+        self.closed = False  # fd closed; set (and fd closed) only under ValueLog._lock, exactly once
+
+    def close_fd_locked(self) -> None:
+        """Close the descriptor once it is removed and unreferenced (caller holds ValueLog._lock)."""
+        if self.removed and self.refs == 0 and not self.closed:
+            self.closed = True
+            os.close(self.fd)
 
 
 class ValueLog:
@@ -102,7 +113,11 @@ class ValueLog:
         ts_of: Callable[[bytes], int] = payload_max_ts,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         max_payload: int = DEFAULT_MAX_PAYLOAD,
+        on_rotate: Callable[[float], None] | None = None,
     ) -> None:
+        self._on_rotate = on_rotate
+        self.last_write_seconds = 0.0  # of the last append's write call (metrics)
+        self.last_sync_seconds = 0.0  # of the last append's fdatasync
         self._dir = directory
         self._file_size = file_size
         self._sync = sync
@@ -140,6 +155,11 @@ class ValueLog:
         fd = os.open(path, os.O_RDONLY)
         size = os.fstat(fd).st_size
         footer = decode_footer(os.pread(fd, FOOTER_SIZE, size - FOOTER_SIZE)) if size >= FOOTER_SIZE else None
+        if footer is not None and is_last and not self._records_end_at(fd, size - FOOTER_SIZE):
+            # The file being appended to may end with user bytes that look like a footer (a record's
+            # payload ending in maxTS + end magic): trust it only if the records end right before it.
+            log.warning("vlog last file ends like a footer but its records do not, scanning fid=%d", fid)
+            footer = None
         if footer is not None:
             return _LogFile(fid, path, fd, end=size - FOOTER_SIZE, max_ts=footer, ended=True)
         rep = self.open_report
@@ -175,6 +195,28 @@ class ValueLog:
             size = good_end
         log.info("vlog file scanned (no footer) fid=%d size=%d max_ts=%d", fid, size, max_ts)
         return _LogFile(fid, path, fd, end=size, max_ts=max_ts, ended=False)
+
+    def _records_end_at(self, fd: int, target: int) -> bool:
+        """True when hopping from record header to record header from offset 0 lands exactly on
+        `target` (header checks only, no CRC: cheap even for a large file)."""
+        pos = 0
+        buf = b""
+        buf_at = 0
+        while pos < target:
+            if pos + HEADER_SIZE > target:
+                return False
+            rel = pos - buf_at
+            if rel + HEADER_SIZE > len(buf):
+                buf = os.pread(fd, min(max(self._chunk, HEADER_SIZE), target - pos), pos)
+                buf_at, rel = pos, 0
+                if len(buf) < HEADER_SIZE:
+                    return False
+            try:
+                length, _ = parse_header(buf[rel : rel + HEADER_SIZE], max_payload=self._max_payload)
+            except CorruptRecordError:
+                return False
+            pos += HEADER_SIZE + length
+        return pos == target
 
     def _create(self, fid: int) -> _LogFile:
         path = self._dir / file_name(fid)
@@ -220,11 +262,15 @@ class ValueLog:
     def _write_at(self, buf: bytes, offset: int, *, sync: bool) -> None:
         fd = self._wfd
         try:
+            began = time.perf_counter()
             n = os.pwrite(fd, buf, offset)
             while n < len(buf):
                 n += os.pwrite(fd, memoryview(buf)[n:], offset + n)
+            written = time.perf_counter()
             if sync:
                 os.fdatasync(fd)
+            self.last_write_seconds = written - began
+            self.last_sync_seconds = time.perf_counter() - written if sync else 0.0
         except OSError as e:
             try:
                 os.ftruncate(fd, offset)  # never leave half a batch behind
@@ -240,6 +286,7 @@ class ValueLog:
 
     def _rotate(self) -> None:
         old = self._active
+        began = time.perf_counter()
         try:
             self._finalize(old)
             new = self._create(old.fid + 1)
@@ -253,6 +300,8 @@ class ValueLog:
         self._wfd = wfd
         self._active = new
         log.info("vlog rotated fid=%d max_ts=%d size=%d new_fid=%d", old.fid, old.max_ts, old.end, new.fid)
+        if self._on_rotate is not None:
+            self._on_rotate(time.perf_counter() - began)
 
     # ------------------------------------------------------------------------------------- read
 
@@ -269,8 +318,7 @@ class ValueLog:
     def _release(self, f: _LogFile) -> None:
         with self._lock:
             f.refs -= 1
-            if f.removed and f.refs == 0:
-                os.close(f.fd)
+            f.close_fd_locked()
 
     def read(self, ptr: ValuePointer) -> bytes:
         """The payload of the record at `ptr`; CorruptRecordError if it does not check out."""
@@ -376,15 +424,13 @@ class ValueLog:
                 if f is not self._active and f.max_ts <= ts:
                     del self._files[fid]
                     f.removed = True
+                    f.close_fd_locked()  # else the last reader to release it closes it
                     removed.append(f)
         for f in removed:
             try:
                 f.path.unlink()
             except OSError as e:
                 log.error("vlog gc cannot delete fid=%d path=%s: %s", f.fid, f.path, e)
-            with self._lock:
-                if f.refs == 0:
-                    os.close(f.fd)
             log.info("vlog gc deleted fid=%d max_ts=%d gc_ts=%d", f.fid, f.max_ts, ts)
         return [f.fid for f in removed]
 
@@ -405,8 +451,7 @@ class ValueLog:
                 self._closed = True
                 for lf in self._files.values():
                     lf.removed = True
-                    if lf.refs == 0:
-                        os.close(lf.fd)
+                    lf.close_fd_locked()
             log.info("vlog closed dir=%s", self._dir)
 
 

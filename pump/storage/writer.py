@@ -26,6 +26,7 @@ import threading
 from typing import Final
 
 from common.errors import StorageClosedError, StorageError
+from pump.storage.api import NullObserver, StorageObserver
 from pump.storage.chaser import SlowChaser
 from pump.storage.entry import Entry
 from pump.storage.entry import max_ts as record_max_ts
@@ -41,10 +42,13 @@ _NO_LIMIT: Final = 1 << 62
 
 
 class WriteRequest:
-    __slots__ = ("commit_ts", "done", "error", "payload", "start_ts", "tp")
+    __slots__ = ("commit_ts", "done", "error", "payload", "prewrite_key", "start_ts", "tp")
 
-    def __init__(self, tp: int, start_ts: int, commit_ts: int, payload: bytes) -> None:
+    def __init__(
+        self, tp: int, start_ts: int, commit_ts: int, payload: bytes, prewrite_key: bytes | None = None
+    ) -> None:
         self.tp = tp
+        self.prewrite_key = prewrite_key
         self.start_ts = start_ts
         self.commit_ts = commit_ts
         self.payload = payload
@@ -63,7 +67,9 @@ class VlogWriter:
         max_batch_bytes: int,
         queue_bytes: int,
         handoff_timeout: float,
+        observer: StorageObserver | None = None,
     ) -> None:
+        self._observer = observer or NullObserver()
         self._vlog = vlog
         self._chaser = chaser
         self._index_queue = index_queue
@@ -77,9 +83,11 @@ class VlogWriter:
     def start(self) -> None:
         self._thread.start()
 
-    def submit(self, tp: int, start_ts: int, commit_ts: int, payload: bytes) -> None:
-        """Write one binlog; return once it is durable (raise what the write raised)."""
-        req = WriteRequest(tp, start_ts, commit_ts, payload)
+    def submit(self, tp: int, start_ts: int, commit_ts: int, payload: bytes, prewrite_key: bytes | None = None) -> None:
+        """Write one binlog; return once it is durable (raise what the write raised).
+
+        `prewrite_key`: a prewrite's key, kept in the sorter for the resolver (no vlog read-back)."""
+        req = WriteRequest(tp, start_ts, commit_ts, payload, prewrite_key)
         self._queue.put(req, HEADER_SIZE + len(payload))  # StorageClosedError once closing
         req.done.acquire()
         if req.error is not None:
@@ -110,11 +118,18 @@ class VlogWriter:
                 for r in batch:
                     t = record_max_ts(r.start_ts, r.commit_ts)
                     top = max(top, t)
-                ptrs = self._vlog.append([r.payload for r in batch], top)
+                payloads = [r.payload for r in batch]
+                ptrs = self._vlog.append(payloads, top)
+                self._observer.write_batch(
+                    len(batch),
+                    sum(HEADER_SIZE + len(p) for p in payloads),
+                    self._vlog.last_write_seconds,
+                    self._vlog.last_sync_seconds,
+                )
                 self.write_count += len(batch)
                 self.batch_count += 1
                 entries = [
-                    Entry(r.tp, r.start_ts, r.commit_ts, p, p.advance(len(r.payload)))
+                    Entry(r.tp, r.start_ts, r.commit_ts, p, p.advance(len(r.payload)), r.prewrite_key)
                     for r, p in zip(batch, ptrs, strict=True)
                 ]
                 for r in batch:
@@ -129,6 +144,7 @@ class VlogWriter:
                     r.error = err
                     r.done.release()
             log.error("vlog batch failed records=%d: %s", len(batch), e)
+            self._observer.error("write_binlog_batch")
 
     def _hand_off(self, entries: list[Entry]) -> None:
         """The whole batch goes to the index writer as one queue item (one wake-up per batch)."""

@@ -318,7 +318,7 @@ def test_main_runs_a_pump_until_sigterm_pauses_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     storage = MemoryStorage()
-    monkeypatch.setattr(pump_app, "default_storage_factory", lambda _d, _o, _r: storage)
+    monkeypatch.setattr(pump_app, "default_storage_factory", lambda _d, _o, _r, **_kw: storage)
     monkeypatch.setattr(pump_app, "default_resolver_factory", lambda _cfg: WaitingResolver())
     log_file = tmp_path / "pump.log"
     argv = [

@@ -9,6 +9,7 @@ import pytest
 from common.config import dump
 from common.errors import ConfigError
 from pump import main as pump_main
+from pump.app import default_resolver_factory
 from pump.config import (
     DEFAULT_GC,
     DEFAULT_MAX_MESSAGE_SIZE,
@@ -39,6 +40,7 @@ def test_defaults() -> None:
     assert cfg.gc == DEFAULT_GC == 7 * DAY
     assert cfg.max_message_size == DEFAULT_MAX_MESSAGE_SIZE == 2 * 1024**3 - 4 * 1024**2
     assert cfg.storage_options() == StorageOptions()
+    assert cfg.storage.max_inflight_write_bytes == 256 << 20
     assert cfg.ignored_keys() == []
     cfg.check_supported()
 
@@ -55,6 +57,7 @@ stop-write-at-available-space = "1 gib"
 value-log-file-size = "64MiB"
 resolve-interval = "2s"
 max-txn-timeout = "5m"
+max-inflight-write-bytes = "64 MiB"
 
 [storage.kv]
 block-cache-capacity = 16777216
@@ -75,6 +78,7 @@ txn-status-dsn = "sqlite:///tmp/txn.db"
         resolve_interval=2.0,
         max_txn_timeout=300.0,
     )
+    assert cfg.storage.max_inflight_write_bytes == 64 << 20
     assert (cfg.storage.kv.compaction_l0_trigger, cfg.storage.kv.write_l0_slowdown_trigger) == (4, 9)
     assert cfg.upstream.txn_status_dsn == "sqlite:///tmp/txn.db"
 
@@ -192,3 +196,19 @@ def test_deploy_sample_loads_to_the_defaults() -> None:
     assert cfg == PumpConfig(gc=cfg.gc)
     assert cfg.gc == 7 * DAY
     assert dump(cfg)
+
+
+def test_no_txn_status_dsn_means_no_resolver_and_one_warning(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING", logger="pump.app"):
+        assert default_resolver_factory(load_config(env={})) is None
+    warnings = [r.getMessage() for r in caplog.records if r.name == "pump.app"]
+    assert len(warnings) == 1
+    assert "txn-status-dsn" in warnings[0]
+    assert "wait forever" in warnings[0]
+
+
+def test_a_txn_status_dsn_gives_a_resolver(tmp_path: Path) -> None:
+    dsn = f"sqlite:///{tmp_path / 'txn.db'}"
+    resolver = default_resolver_factory(load_config(env={"PUMP_UPSTREAM_TXN_STATUS_DSN": dsn}))
+    assert resolver is not None
+    resolver.close()

@@ -3,24 +3,30 @@
 from __future__ import annotations
 
 import http.client
+import inspect
 import json
+import re
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from common import tso
 from common.errors import BinlogError, UnavailableError
 from common.pb import binlog_pb2, gogo
 from common.registry import NodeKind, NodeState, NodeStatus
+from pump.app import default_storage_factory
 from pump.background import write_fake_binlog
 from pump.http_api import StatusServer
 from pump.memory_storage import MemoryStorage
-from pump.metrics import PumpMetrics
+from pump.metrics import PumpMetrics, StorageMetrics
 from pump.node import ApproxClock, PumpNode
-from pump.storage.api import StorageStatus
+from pump.storage.api import StorageObserver, StorageOptions, StorageStatus
 from tests.unit.test_pump_node import FakeRegistry, FakeTSO
 
 
@@ -277,3 +283,85 @@ def test_a_busy_port_is_a_clear_error() -> None:
         port = s.getsockname()[1]
         with pytest.raises(BinlogError, match=f"cannot listen on status-addr 127.0.0.1:{port}"):
             StatusServer(Backend(), f"127.0.0.1:{port}")
+
+
+def scrape(server: StatusServer) -> dict[str, float]:
+    """GET /metrics as {'name{labels}': value}."""
+    status, _, body = request(server, "GET", "/metrics")
+    assert status == 200
+    samples: dict[str, float] = {}
+    for line in body.decode().splitlines():
+        m = re.fullmatch(r"([a-zA-Z_:][\w:]*(?:\{[^}]*\})?) (\S+)", line)
+        if m:
+            samples[m.group(1)] = float(m.group(2))
+    return samples
+
+
+class ObservedStorage(MemoryStorage):
+    """MemoryStorage that reports each write as a one-binlog batch, as the real storage does."""
+
+    def __init__(self, observer: StorageObserver) -> None:
+        super().__init__()
+        self.observer = observer
+
+    def write_binlog(self, binlog: binlog_pb2.Binlog, payload: bytes) -> None:
+        started = time.monotonic()
+        super().write_binlog(binlog, payload)
+        self.observer.write_batch(1, len(payload), time.monotonic() - started, 0.0001)
+
+
+def test_storage_metrics_series_move(api: tuple[Backend, StatusServer]) -> None:
+    backend, server = api
+    observer: StorageObserver = backend.metrics.storage  # StorageMetrics is a StorageObserver
+    assert isinstance(observer, StorageMetrics)
+    storage = ObservedStorage(observer)
+    before = scrape(server)
+    for _ in range(3):
+        write_fake_binlog(storage, backend.tso)
+    observer.rotate(0.002)
+    observer.error("write_binlog")
+    observer.chaser("turned_on")
+    observer.chaser("catch_up", 0.5)
+    observer.resolver_query()
+    done = tso.compose(1_700_000_000_000, 5)
+    observer.gc_done(done, 42)
+    after = scrape(server)
+    batch = '{type="batch"}'
+    assert before.get(f"binlog_pump_storage_write_binlog_size_count{batch}", 0.0) == 0.0
+    assert after[f"binlog_pump_storage_write_binlog_size_count{batch}"] == 3
+    assert after[f"binlog_pump_storage_write_binlog_size_sum{batch}"] > 0
+    for kind in ("batch", "to_disk", "fsync"):
+        assert after[f'binlog_pump_storage_write_binlog_duration_time_count{{type="{kind}"}}'] == 3
+    assert after['binlog_pump_storage_write_binlog_duration_time_count{type="rotate"}'] == 1
+    assert after['binlog_pump_storage_error_count_total{type="write_binlog"}'] == 1
+    assert after['binlog_pump_storage_slow_chaser_count_total{type="turned_on"}'] == 1
+    assert after['binlog_pump_storage_slow_chaser_count_total{type="catch_up"}'] == 1
+    assert after["binlog_pump_storage_slow_chaser_catchup_time_seconds_count"] == 1
+    assert after["binlog_pump_storage_query_tikv_count_total"] == 1
+    assert after["binlog_pump_storage_done_gc_ts"] == 1_700_000_000_000
+    assert after["binlog_pump_storage_deleted_kv_total"] == 42
+    assert 'binlog_pump_storage_write_binlog_size_bucket{le="16.0",type="batch"}' in after
+    assert 'binlog_pump_storage_write_binlog_duration_time_bucket{le="5e-05",type="batch"}' in after
+    assert not any(name.startswith("binlog_drainer_") for name in after)
+
+
+def test_real_storage_reports_to_the_pump_metrics(tmp_path: Path) -> None:
+    from pump.storage.storage import Storage
+
+    if "observer" not in inspect.signature(Storage).parameters:
+        pytest.skip("pump.storage.storage.Storage does not take observer= yet")
+    backend = Backend()
+    options = StorageOptions(stop_write_at_available_space=0, value_log_file_size=64 * 1024)
+    storage = default_storage_factory(tmp_path, options, None, observer=backend.metrics.storage)
+    backend.storage = storage  # type: ignore[assignment]  # the real one: only write and status used
+    server = StatusServer(backend, "127.0.0.1:0")
+    server.start()
+    try:
+        for _ in range(5):
+            write_fake_binlog(storage, backend.tso)
+        samples = scrape(server)
+    finally:
+        server.stop()
+        storage.close()
+    assert samples['binlog_pump_storage_write_binlog_size_count{type="batch"}'] >= 1
+    assert samples['binlog_pump_storage_write_binlog_duration_time_count{type="to_disk"}'] >= 1

@@ -346,3 +346,60 @@ def test_offline_wait_without_drainers_is_immediate() -> None:
     thread.join(10)
     assert result == [True]
     assert storage.writes == 1
+
+
+def test_offline_wait_ends_when_the_drainer_lags_one_fake_binlog_behind() -> None:
+    """The drainer publishes the ts of the fake binlog before the last one: the target must not move."""
+    storage = MemoryStorage()
+    registry = FakeRegistry()
+    registry.create(NodeKind.DRAINER, NodeStatus("d1", "h:1", NodeState.ONLINE, max_commit_ts=0))
+    fake_tso = FakeTSO()
+    written: list[int] = []
+
+    def write_fake() -> int:
+        previous = written[-1] if written else 0
+        registry.update(NodeKind.DRAINER, NodeStatus("d1", "h:1", NodeState.ONLINE, max_commit_ts=previous))
+        ts = write_fake_binlog(storage, fake_tso)
+        written.append(ts)
+        return ts
+
+    abort = threading.Event()
+    result: list[bool] = []
+    thread = threading.Thread(
+        target=lambda: result.append(
+            wait_safe_to_offline(
+                write_fake=write_fake,
+                all_matched=storage.all_matched,
+                max_commit_ts=storage.max_commit_ts,
+                registry=registry,
+                abort=abort,
+                interval=0.01,
+            )
+        )
+    )
+    thread.start()
+    thread.join(5)
+    abort.set()
+    thread.join(5)
+    assert result == [True]
+    assert len(written) == 2  # the first fake is the target; the second carried the drainer to it
+
+
+def test_notify_policy_shares_the_budget_between_tries() -> None:
+    assert NotifyPolicy().per_attempt() == pytest.approx((10.0 - 1.0 - 2.0) / 3)
+    assert NotifyPolicy(attempt_timeout=0.7).per_attempt() == 0.7
+    assert NotifyPolicy(timeout=1.0).per_attempt() == pytest.approx(1.0 / 3)  # back-offs alone exceed it
+
+
+def test_notify_an_unreachable_drainer_gets_every_try_within_the_budget(caplog: pytest.LogCaptureFixture) -> None:
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        host = f"127.0.0.1:{s.getsockname()[1]}"
+    policy = NotifyPolicy(attempts=3, backoff=0.1, factor=2.0, timeout=2.0)
+    started = time.monotonic()
+    with caplog.at_level("WARNING", logger="pump.node"), pytest.raises(NotifyError):
+        notify_drainer(host, policy)
+    elapsed = time.monotonic() - started
+    tries = [r for r in caplog.records if "notify drainer at" in r.getMessage()]
+    assert [f"try {i}/3" in r.getMessage() for i, r in enumerate(tries, 1)] == [True, True, True]
+    assert elapsed < policy.timeout + 1.0

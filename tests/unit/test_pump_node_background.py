@@ -163,3 +163,42 @@ def test_detect_once_before_any_gc_is_quiet() -> None:
     registry.create(NodeKind.DRAINER, NodeStatus("d1", "h:1", NodeState.ONLINE, max_commit_ts=0))
     bg, _ = make_background(MemoryStorage(), registry)
     assert bg.detect_once() == []
+
+
+class FlakyStorage(MemoryStorage):
+    """MemoryStorage whose gc() and write_binlog() raise OSError the first time each is called."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gc_failures = 1
+        self.write_failures = 1
+
+    def gc(self, ts: int) -> None:
+        if self.gc_failures:
+            self.gc_failures -= 1
+            raise OSError(28, "No space left on device")
+        super().gc(ts)
+
+    def write_binlog(self, binlog: binlog_pb2.Binlog, payload: bytes) -> None:
+        if self.write_failures:
+            self.write_failures -= 1
+            raise OSError(5, "Input/output error")
+        super().write_binlog(binlog, payload)
+
+
+def test_loops_survive_unexpected_errors(caplog: pytest.LogCaptureFixture) -> None:
+    storage = FlakyStorage()
+    bg, metrics = make_background(storage, fake_interval=0.01)
+    bg.start()
+    try:
+        with caplog.at_level(logging.ERROR, logger="pump.background"):
+            assert bg.trigger_gc()
+            wait_until(lambda: storage.gc_failures == 0 and bg.trigger_gc(), "the failed gc to end")
+            wait_until(lambda: len(storage.gc_calls) == 1, "a gc after the failed one")
+            wait_until(lambda: storage.writes >= 2, "fake binlogs after the failed one")
+    finally:
+        bg.stop()
+    assert metrics.background_error.labels(loop="gc")._value.get() == 1
+    assert metrics.background_error.labels(loop="fake_binlog")._value.get() == 1
+    assert any(r.exc_info and isinstance(r.exc_info[1], OSError) for r in caplog.records)
+    assert b"binlog_pump_background_error_count_total" in metrics.render()

@@ -8,6 +8,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from concurrent import futures
 from dataclasses import dataclass
 
 import grpc
@@ -35,12 +36,25 @@ class Pump:
     state: list[NodeState]
 
 
-def start_pump(max_message_size: int = 64 << 20) -> tuple[Pump, GrpcServer]:
-    storage = MemoryStorage()
+def start_pump(
+    max_message_size: int = 64 << 20,
+    *,
+    storage: MemoryStorage | None = None,
+    workers: int = 8,
+    max_inflight_write_bytes: int = server_mod.DEFAULT_MAX_INFLIGHT_WRITE_BYTES,
+) -> tuple[Pump, GrpcServer]:
+    storage = storage or MemoryStorage()
     state = [NodeState.ONLINE]
     metrics = PumpMetrics(storage.status)
-    service = PumpService(storage, CLUSTER, lambda: state[0], metrics)
-    server = GrpcServer(service, "127.0.0.1:0", max_message_size=max_message_size, workers=8)
+    service = PumpService(
+        storage,
+        CLUSTER,
+        lambda: state[0],
+        metrics,
+        max_pull_streams=workers // 2,
+        max_inflight_write_bytes=max_inflight_write_bytes,
+    )
+    server = GrpcServer(service, "127.0.0.1:0", max_message_size=max_message_size, workers=workers)
     server.start()
     channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")
     return Pump(storage, service, metrics, channel, pump_pb2_grpc.PumpStub(channel), state), server
@@ -301,3 +315,83 @@ def test_a_busy_grpc_port_is_a_clear_error(pump: Pump) -> None:
         port = s.getsockname()[1]
         with pytest.raises(BinlogError, match=f"cannot listen on 127.0.0.1:{port}"):
             GrpcServer(pump.service, f"127.0.0.1:{port}", max_message_size=1 << 20)
+
+
+# ------------------------------------------------------------------------------------------- capacity
+
+
+def test_pull_streams_are_capped_and_writes_still_get_threads() -> None:
+    p, server = start_pump(workers=8)
+    pullers = [Puller(p, offset=0) for _ in range(4)]
+    try:
+        wait_until(lambda: p.service.live_streams == 4, "the maximum number of streams to open")
+        assert write(p, gogo.fake_binlog(5)).errmsg == ""
+        extra = Puller(p, offset=0)
+        extra.thread.join(DEADLINE)
+        assert [code_and_details(e) for e in extra.error] == [
+            (grpc.StatusCode.RESOURCE_EXHAUSTED, "too many pull streams")
+        ]
+        assert p.service.live_streams == 4
+        assert all(puller.take(1)[0][1] == 5 for puller in pullers)  # the open streams still work
+    finally:
+        for puller in pullers:
+            puller.cancel()
+        p.channel.close()
+        p.service.close_streams()
+        server.stop(1.0)
+
+
+def test_byte_budget_admits_in_order_and_an_oversized_request_alone() -> None:
+    budget = server_mod.ByteBudget(100)
+    assert budget.acquire(60)
+    assert not budget.acquire(60, timeout=0.05)  # 120 > 100 while 60 are in use
+    assert budget.acquire(40, timeout=0.05)
+    budget.release(60)
+    budget.release(40)
+    assert budget.acquire(500)  # larger than the budget: admitted when nothing else is in flight
+    assert not budget.acquire(1, timeout=0.05)
+    budget.release(500)
+    assert budget.in_use == 0
+
+
+class GatedStorage(MemoryStorage):
+    """MemoryStorage whose writes wait for `gate`; `entered` counts writes that reached the storage."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.entered = 0
+
+    def write_binlog(self, binlog: binlog_pb2.Binlog, payload: bytes) -> None:
+        with self._cond:
+            self.entered += 1
+        self.gate.wait(DEADLINE)
+        super().write_binlog(binlog, payload)
+
+
+def test_inflight_write_bytes_are_bounded() -> None:
+    storage = GatedStorage()
+    big = prewrite(10, b"x" * 600)
+    p, server = start_pump(storage=storage, max_inflight_write_bytes=1000)
+    pool = futures.ThreadPoolExecutor(3)
+    try:
+        first = pool.submit(write, p, big)
+        wait_until(lambda: storage.entered == 1, "the first write to reach the storage")
+        second = pool.submit(write, p, prewrite(20, b"y" * 600))
+        time.sleep(0.2)
+        assert storage.entered == 1  # 1200 bytes would exceed the budget: the second waits before parsing
+        assert p.service.inflight_write_bytes == len(big)
+        storage.gate.set()
+        first.result(DEADLINE)
+        second.result(DEADLINE)
+        assert storage.writes == 2
+        assert p.service.inflight_write_bytes == 0
+        huge = prewrite(30, b"z" * 5000)  # larger than the whole budget: admitted alone
+        assert write(p, huge).errmsg == ""
+        assert storage.writes == 3
+    finally:
+        storage.gate.set()
+        pool.shutdown()
+        p.channel.close()
+        p.service.close_streams()
+        server.stop(1.0)
