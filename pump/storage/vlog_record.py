@@ -28,11 +28,11 @@ good record follows it, in which case it is a `Corruption` too.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 from typing import Final, NamedTuple
 
 import crc32c
 
+from common.binlogfile.record import Corruption, TornTail  # the same damage events as binlogfile
 from common.errors import CorruptRecordError
 
 __all__ = [
@@ -151,23 +151,6 @@ class Record(NamedTuple):
     @property
     def end(self) -> int:
         return self.offset + HEADER_SIZE + len(self.payload)
-
-
-@dataclass(frozen=True, slots=True)
-class Corruption:
-    """`length` damaged bytes from `offset` were skipped; `reason` says what was wrong first."""
-
-    offset: int
-    length: int
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class TornTail:
-    """The data ends with `length` bytes of a record that was never completely written."""
-
-    offset: int
-    length: int
 
 
 DecodeEvent = Record | Corruption | TornTail
