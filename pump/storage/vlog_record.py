@@ -18,11 +18,8 @@ Footer of a finalized ("ended") file, the last 12 bytes of the file:
 Value pointer (the index value, 12 bytes): fid u32 little-endian ‖ offset i64 little-endian, the
 offset being where the record's magic starts in `%06d.vlog` file number `fid`.
 
-`RecordDecoder` turns a byte stream into events.  Damage is reported, never raised, so a reader can
-resynchronise: after a bad magic, an absurd length or a CRC mismatch it searches the next magic
-(`bytes.find`) and resumes there; the whole damaged span becomes one `Corruption`.  A record cut
-short by the end of the data is a `TornTail` (normal after a crash while appending) unless a
-good record follows it, in which case it is a `Corruption` too.
+`RecordDecoder` turns a byte stream into events with the resynchronising decoder shared with the
+binlogfile framing (`common/framing.py`): damage is reported as events, never raised.
 """
 
 from __future__ import annotations
@@ -32,8 +29,8 @@ from typing import Final, NamedTuple
 
 import crc32c
 
-from common.binlogfile.record import Corruption, TornTail  # the same damage events as binlogfile
 from common.errors import CorruptRecordError
+from common.framing import Corruption, DecodeEvent, FrameDecoder, Framing, Record, TornTail
 
 __all__ = [
     "DEFAULT_MAX_PAYLOAD",
@@ -71,11 +68,6 @@ DEFAULT_MAX_PAYLOAD: Final = 1 << 32
 _HEADER = struct.Struct("<IQI")
 _FOOTER = struct.Struct("<qI")
 _POINTER = struct.Struct("<Iq")
-
-REASON_BAD_MAGIC: Final = "bad magic"
-REASON_BAD_CRC: Final = "crc mismatch"
-REASON_BAD_LENGTH: Final = "absurd length"
-REASON_TRUNCATED: Final = "truncated record"
 
 
 class ValuePointer(NamedTuple):
@@ -142,109 +134,11 @@ def decode_footer(tail: bytes) -> int | None:
     return int(max_ts) if magic == END_MAGIC else None
 
 
-class Record(NamedTuple):
-    """A whole record with a good checksum; `offset` is where its magic starts."""
-
-    offset: int
-    payload: bytes
-
-    @property
-    def end(self) -> int:
-        return self.offset + HEADER_SIZE + len(self.payload)
+VLOG_FRAMING: Final = Framing(MAGIC, crc_in_header=True, bad_length_reason="absurd length")
 
 
-DecodeEvent = Record | Corruption | TornTail
-
-
-class RecordDecoder:
-    """Incremental record decoder.
-
-    Call `decode(buf)` with the not-yet-consumed bytes (the unconsumed tail of the previous call
-    followed by new data); it returns the events found and how many bytes of `buf` it consumed.
-    Keep `buf[consumed:]`, append more data (progress needs at least `want` bytes in the buffer)
-    and call again; pass `final=True` once the data is complete, which flushes a torn tail or an
-    open corruption.  Offsets in events are absolute: `start` plus the bytes consumed so far.
-
-    `end`, when known (where the file's data ends), lets a length pointing past it be judged at
-    once instead of buffering up to it, which keeps memory bounded by the largest real record.
-    """
+class RecordDecoder(FrameDecoder):
+    """Incremental decoder of value-log records (see `common.framing.FrameDecoder`)."""
 
     def __init__(self, start: int = 0, *, end: int | None = None, max_payload: int = DEFAULT_MAX_PAYLOAD) -> None:
-        self._offset = start
-        self._end = end
-        self._max_payload = max_payload
-        self._bad_start: int | None = None
-        self._bad_reason = ""
-        self.want = HEADER_SIZE
-
-    @property
-    def offset(self) -> int:
-        """Absolute offset of the first byte not consumed yet."""
-        return self._offset
-
-    def decode(self, buf: bytes | bytearray, final: bool = False) -> tuple[list[DecodeEvent], int]:
-        """Events of the whole records (and damage) at the front of `buf`, and the bytes consumed."""
-        if not isinstance(buf, bytes):
-            buf = bytes(buf)  # payload slices of bytes are handed out: one copy here, none later
-        events: list[DecodeEvent] = []
-        emit = events.append
-        unpack_header = _HEADER.unpack_from
-        crc = crc32c.crc32c
-        base = self._offset
-        end = self._end
-        max_payload = self._max_payload
-        n = len(buf)
-        p = 0
-        while True:
-            if n - p >= HEADER_SIZE:
-                magic, length, want_crc = unpack_header(buf, p)
-                rec_end = p + HEADER_SIZE + length
-                if magic == MAGIC and length <= max_payload and rec_end <= n:
-                    payload = buf[p + HEADER_SIZE : rec_end]
-                    if crc(payload) == want_crc:
-                        if self._bad_start is not None:
-                            emit(Corruption(self._bad_start, base + p - self._bad_start, self._bad_reason))
-                            self._bad_start = None
-                        emit(Record(base + p, payload))
-                        p = rec_end
-                        continue
-                    reason = REASON_BAD_CRC
-                elif magic != MAGIC:
-                    reason = REASON_BAD_MAGIC
-                elif length > max_payload:
-                    reason = REASON_BAD_LENGTH
-                elif (end is not None and base + rec_end > end) or final:
-                    reason = REASON_TRUNCATED
-                else:
-                    self.want = rec_end - p
-                    break
-            elif not final or p == n:
-                self.want = HEADER_SIZE
-                break
-            else:
-                # A few bytes remain at the very end: torn if they begin a magic, else garbage.
-                reason = REASON_TRUNCATED if MAGIC_BYTES.startswith(buf[p : p + 4]) else REASON_BAD_MAGIC
-            # Damage at p: remember where it began, then resynchronise on the next magic.
-            if self._bad_start is None:
-                self._bad_start = base + p
-                self._bad_reason = reason
-            q = buf.find(MAGIC_BYTES, p + 1)
-            if q >= 0:
-                p = q
-                continue
-            if final:
-                p = n
-                break
-            # Keep the last 3 bytes: they may be the start of a magic split across calls.
-            p = max(p + 1, n - (len(MAGIC_BYTES) - 1))
-            self.want = HEADER_SIZE
-            break
-        if final and self._bad_start is not None:
-            length = base + n - self._bad_start
-            if self._bad_reason == REASON_TRUNCATED:
-                emit(TornTail(self._bad_start, length))
-            else:
-                emit(Corruption(self._bad_start, length, self._bad_reason))
-            self._bad_start = None
-        self._offset = base + p
-        return events, p
+        super().__init__(VLOG_FRAMING, start, end=end, max_payload=max_payload)
