@@ -204,6 +204,24 @@ class EtcdClient:
         tx = self._client.transactions
         return self._txn(f"guarded put {key}", [tx.value(guard_key) == guard_value], [tx.put(key, value)])
 
+    def compare_and_put(
+        self,
+        key: str,
+        expected: bytes | None,
+        value: bytes | str,
+        *,
+        also_put: Sequence[tuple[str, bytes | str]] = (),
+    ) -> bool:
+        """Put `key` (and every `also_put` pair) only if `key` holds `expected` (None: absent).
+
+        One etcd transaction.  False when the comparison failed; a retry after a lost
+        response can also return False, so callers re-read to tell the two apart.
+        """
+        tx = self._client.transactions
+        compare = [tx.mod(key) == 0] if expected is None else [tx.value(key) == expected]
+        puts = [tx.put(key, value)] + [tx.put(k, v) for k, v in also_put]
+        return self._txn(f"compare-and-put {key}", compare, puts)
+
     def _txn(self, what: str, compare: list[Any], success: list[Any]) -> bool:
         def op() -> bool:
             succeeded, _ = self._client.transaction(compare=compare, success=success, failure=[])

@@ -1,0 +1,51 @@
+"""Errors of the upstream writer (all :class:`~common.errors.BinlogError`; ``retriable`` says "run the
+transaction again")."""
+
+from __future__ import annotations
+
+from common.errors import BinlogError
+from common.schema.model import SchemaError
+from upstream.store.base import DuplicateKeyError, StoreError
+
+
+class WriterError(BinlogError):
+    """The writer could not do what was asked; the transaction (if any) is rolled back."""
+
+
+class TxnClosedError(WriterError):
+    """The transaction already committed, rolled back or failed."""
+
+
+class WriteConflictError(WriterError):
+    """A row this transaction read was changed by another transaction before it committed."""
+
+    retriable = True
+
+
+class SchemaChangedError(WriterError):
+    """A table this transaction changed was altered by a DDL since the transaction read it."""
+
+    retriable = True
+
+
+class BinlogWriteError(WriterError):
+    """The prewrite binlog could not be written to any pump; the transaction is rolled back."""
+
+
+class CommitUnknownError(WriterError):
+    """The store's commit failed in a way that leaves its outcome unknown (e.g. connection lost).
+
+    The txn-status row tells the pump (and you) whether it committed."""
+
+
+__all__ = [
+    "BinlogWriteError",
+    "CommitUnknownError",
+    "DuplicateKeyError",
+    "SchemaChangedError",
+    "SchemaError",
+    "StoreError",
+    "TxnClosedError",
+    "WriteConflictError",
+    "WriterError",
+]

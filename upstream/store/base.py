@@ -1,0 +1,302 @@
+"""What the writer needs from a store, and the SQL both stores share.
+
+A logical table ``db.t`` is one real table (sqlite: ``"db.t"`` in the one file; MySQL:
+`` `<prefix>db`.`t` ``).  Its key column is the integer primary key when the table uses it
+as the handle, else a hidden ``_tidb_rowid`` column; the declared primary key of such a
+table becomes a unique index.  The writer reads and writes rows by handle only; unique
+indexes are enforced by the store (a violation is :class:`DuplicateKeyError`).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from common.errors import BinlogError
+from common.schema.infoschema import InfoSchema
+from common.schema.model import HIDDEN_HANDLE, ColumnInfo, Job, JobType, TableInfo
+
+Row = dict[str, Any]
+
+
+class StoreError(BinlogError):
+    """The store refused a statement (other than a duplicate key)."""
+
+
+class DuplicateKeyError(StoreError):
+    """A row with the same primary or unique key exists."""
+
+
+class LockConflictError(StoreError):
+    """Another transaction holds a lock this one needs (deadlock or lock wait timeout); run it again."""
+
+    retriable = True
+
+
+class Dialect(abc.ABC):
+    """Quoting, placeholders and value conversion of one SQL engine."""
+
+    placeholder = "?"
+
+    @abc.abstractmethod
+    def quote(self, name: str) -> str: ...
+
+    @abc.abstractmethod
+    def table(self, db: str, table: str) -> str:
+        """The quoted physical name of a logical table."""
+
+    @abc.abstractmethod
+    def column_decl(self, col: ColumnInfo) -> str: ...
+
+    @abc.abstractmethod
+    def to_store(self, col: ColumnInfo, value: Any) -> Any: ...
+
+    @abc.abstractmethod
+    def from_store(self, col: ColumnInfo, raw: Any) -> Any: ...
+
+    @abc.abstractmethod
+    def handle_decl(self) -> str:
+        """Declaration of the hidden handle column."""
+
+    @abc.abstractmethod
+    def index_name(self, db: str, table: str, index: str) -> str:
+        """The quoted physical name of an index."""
+
+    # -------------------------------------------------------------- statements
+    def key_column(self, t: TableInfo) -> str:
+        h = t.handle_column
+        return h.name if h is not None else HIDDEN_HANDLE
+
+    def create_table_sql(self, db: str, t: TableInfo) -> list[str]:
+        cols = [self.column_decl(c) for c in t.columns]
+        if t.pk_is_handle:
+            pk = t.handle_column
+            assert pk is not None
+            cols.append(f"PRIMARY KEY ({self.quote(pk.name)})")
+        else:
+            cols.insert(0, self.handle_decl())
+        stmts = [f"CREATE TABLE {self.table(db, t.name)} ({', '.join(cols)})"]
+        for ix in t.indices:
+            if ix.primary and t.pk_is_handle:
+                continue
+            stmts.append(self.create_index_sql(db, t.name, ix.name, ix.columns, ix.unique or ix.primary))
+        return stmts
+
+    def create_index_sql(self, db: str, table: str, name: str, columns: Sequence[str], unique: bool) -> str:
+        cols = ", ".join(self.quote(c) for c in columns)
+        kind = "UNIQUE INDEX" if unique else "INDEX"
+        return f"CREATE {kind} {self.index_name(db, table, name)} ON {self.table(db, table)} ({cols})"
+
+    @abc.abstractmethod
+    def drop_index_sql(self, db: str, table: str, name: str) -> str: ...
+
+    @abc.abstractmethod
+    def rename_sql(self, db: str, old: str, new_db: str, new: str) -> str: ...
+
+    def ddl_statements(self, job: Job, before: InfoSchema) -> list[str]:
+        """The physical statements that apply `job` (planned against `before`)."""
+        t = job.type
+        if t in (JobType.CREATE_SCHEMA, JobType.DROP_SCHEMA):
+            return self.schema_statements(job, before)
+        table = job.table
+        assert table is not None
+        db = job.schema_name
+        if t == JobType.CREATE_TABLE:
+            return self.create_table_sql(db, table)
+        old_ref = before.table_by_id(job.table_id)
+        assert old_ref is not None
+        old = old_ref.table
+        if t == JobType.DROP_TABLE:
+            return [f"DROP TABLE {self.table(db, old.name)}"]
+        if t == JobType.TRUNCATE_TABLE:
+            return [f"DELETE FROM {self.table(db, old.name)}"]
+        if t == JobType.RENAME_TABLE:
+            return [self.rename_sql(old_ref.db.name, old.name, db, table.name)]
+        if t == JobType.ADD_COLUMN:
+            return [f"ALTER TABLE {self.table(db, old.name)} ADD COLUMN {self.column_decl(table.columns[-1])}"]
+        if t == JobType.DROP_COLUMN:
+            gone = next(c for c in old.columns if not table.has_column(c.name))
+            return [f"ALTER TABLE {self.table(db, old.name)} DROP COLUMN {self.quote(gone.name)}"]
+        if t == JobType.ADD_INDEX:
+            ix = table.indices[-1]
+            return [self.create_index_sql(db, table.name, ix.name, ix.columns, ix.unique)]
+        if t == JobType.DROP_INDEX:
+            names = {ix.name for ix in table.indices}
+            gone_ix = next(ix for ix in old.indices if ix.name not in names)
+            return [self.drop_index_sql(db, table.name, gone_ix.name)]
+        raise StoreError(f"job type {t} has no store statements")
+
+    @abc.abstractmethod
+    def schema_statements(self, job: Job, before: InfoSchema) -> list[str]: ...
+
+
+class Session(abc.ABC):
+    """One store connection used by one thread at a time: row access by handle inside a transaction."""
+
+    def __init__(self, dialect: Dialect, conn: Any, translate: Callable[[BaseException], BaseException | None]) -> None:
+        self.dialect = dialect
+        self.conn = conn
+        self._translate = translate
+        self._sql_cache: dict[tuple[str, int, str], str] = {}
+        self.in_txn = False
+
+    # -------------------------------------------------------------- transaction
+    def begin(self) -> None:
+        self._begin()
+        self.in_txn = True
+
+    def commit(self) -> None:
+        self._commit()
+        self.in_txn = False
+
+    def rollback(self) -> None:
+        self.in_txn = False
+        self._rollback()
+
+    @abc.abstractmethod
+    def _begin(self) -> None: ...
+
+    def _commit(self) -> None:
+        self.execute("COMMIT")
+
+    def _rollback(self) -> None:
+        self.execute("ROLLBACK")
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        cur = self.conn.cursor()
+        try:
+            cur.execute(sql, tuple(params))
+        except Exception as exc:
+            mapped = self._translate(exc)
+            if mapped is None:
+                raise
+            raise mapped from exc
+        return cur
+
+    # -------------------------------------------------------------- rows
+    def _sql(self, kind: str, db: str, t: TableInfo, build: Callable[[str, str, list[str]], str]) -> str:
+        key = (kind, t.id, db)
+        sql = self._sql_cache.get(key)
+        if sql is None or len(self._sql_cache) > 4096:
+            d = self.dialect
+            sql = build(d.table(db, t.name), d.quote(d.key_column(t)), [d.quote(c.name) for c in t.columns])
+            if len(self._sql_cache) > 4096:
+                self._sql_cache.clear()
+            self._sql_cache[key] = sql
+        return sql
+
+    def get_row(self, db: str, t: TableInfo, handle: int, *, lock: bool = False) -> Row | None:
+        ph = self.dialect.placeholder
+        suffix = " FOR UPDATE" if lock and self.supports_for_update else ""
+        kind = "get-lock" if suffix else "get"
+        sql = self._sql(kind, db, t, lambda tbl, key, cols: f"SELECT {', '.join(cols)} FROM {tbl} WHERE {key} = {ph}")
+        row = self.execute(sql + suffix, (self._handle_param(t, handle),)).fetchone()
+        if row is None:
+            return None
+        d = self.dialect
+        return {c.lname: d.from_store(c, raw) for c, raw in zip(t.columns, row, strict=True)}
+
+    def find_handle(self, db: str, t: TableInfo, columns: Sequence[ColumnInfo], values: Sequence[Any]) -> int | None:
+        """The handle of the row whose `columns` equal `values` (a unique key), or None."""
+        d = self.dialect
+        ph = d.placeholder
+        where = " AND ".join(f"{d.quote(c.name)} = {ph}" for c in columns)
+        sql = f"SELECT {d.quote(d.key_column(t))} FROM {d.table(db, t.name)} WHERE {where}"
+        row = self.execute(sql, [d.to_store(c, v) for c, v in zip(columns, values, strict=True)]).fetchone()
+        if row is None:
+            return None
+        h = t.handle_column
+        return int(row[0]) if h is None else int(d.from_store(h, row[0]))
+
+    def insert_row(self, db: str, t: TableInfo, handle: int, row: Row) -> None:
+        ph = self.dialect.placeholder
+        d = self.dialect
+        params = [d.to_store(c, row[c.lname]) for c in t.columns]
+        if t.pk_is_handle:
+            sql = self._sql(
+                "insert",
+                db,
+                t,
+                lambda tbl, key, cols: f"INSERT INTO {tbl} ({', '.join(cols)}) VALUES ({', '.join([ph] * len(cols))})",
+            )
+        else:
+            sql = self._sql(
+                "insert",
+                db,
+                t,
+                lambda tbl, key, cols: (
+                    f"INSERT INTO {tbl} ({key}, {', '.join(cols)}) VALUES ({', '.join([ph] * (len(cols) + 1))})"
+                ),
+            )
+            params.insert(0, handle)
+        self.execute(sql, params)
+
+    def update_row(self, db: str, t: TableInfo, handle: int, row: Row) -> None:
+        ph = self.dialect.placeholder
+        d = self.dialect
+        sql = self._sql(
+            "update",
+            db,
+            t,
+            lambda tbl, key, cols: f"UPDATE {tbl} SET {', '.join(f'{c} = {ph}' for c in cols)} WHERE {key} = {ph}",
+        )
+        params = [d.to_store(c, row[c.lname]) for c in t.columns]
+        params.append(self._handle_param(t, handle))
+        self.execute(sql, params)
+
+    def delete_row(self, db: str, t: TableInfo, handle: int) -> None:
+        ph = self.dialect.placeholder
+        sql = self._sql("delete", db, t, lambda tbl, key, cols: f"DELETE FROM {tbl} WHERE {key} = {ph}")
+        self.execute(sql, (self._handle_param(t, handle),))
+
+    def _handle_param(self, t: TableInfo, handle: int) -> Any:
+        h = t.handle_column
+        return handle if h is None else self.dialect.to_store(h, handle)
+
+    supports_for_update = True
+
+
+class Store(abc.ABC):
+    """A place that keeps the writer's tables and its txn-status table."""
+
+    kind: str
+    dsn: str
+    parallel_status: bool
+    """True when a second connection can write the txn-status row while a data transaction is open."""
+
+    @abc.abstractmethod
+    def session(self) -> Session: ...
+
+    @abc.abstractmethod
+    def dialect(self) -> Dialect: ...
+
+    def apply_ddl(self, job: Job, before: InfoSchema) -> None:
+        stmts = self.dialect().ddl_statements(job, before)
+        s = self.session()
+        try:
+            for sql in stmts:
+                s.execute(sql)
+        finally:
+            s.close()
+
+    def scan(self, db: str, t: TableInfo) -> Iterator[tuple[int, Row]]:
+        """Every row of a table with its handle, in handle order (for audits and tests)."""
+        d = self.dialect()
+        s = self.session()
+        try:
+            key = d.quote(d.key_column(t))
+            cols = ", ".join([key] + [d.quote(c.name) for c in t.columns])
+            cur = s.execute(f"SELECT {cols} FROM {d.table(db, t.name)} ORDER BY {key}")
+            for raw in cur.fetchall():
+                row = {c.lname: d.from_store(c, v) for c, v in zip(t.columns, raw[1:], strict=True)}
+                h = raw[0] if t.handle_column is None else row[t.handle_column.lname]
+                yield int(h), row
+        finally:
+            s.close()
+
+    def close(self) -> None:
+        return None

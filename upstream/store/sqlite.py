@@ -1,0 +1,103 @@
+"""The embedded store: one sqlite file (WAL), tables named ``"db.table"``.
+
+sqlite has one writer at a time: a data transaction takes the write lock at ``BEGIN
+IMMEDIATE``, so prewrites serialize and commit order equals commit_ts order.  The
+txn-status row of a transaction is therefore written before its data transaction opens
+(``parallel_status = False``).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+from common.schema.infoschema import InfoSchema
+from common.schema.model import HIDDEN_HANDLE, ColumnInfo, Job, JobType
+from upstream.store import values
+from upstream.store.base import Dialect, DuplicateKeyError, Session, Store, StoreError
+
+BUSY_TIMEOUT = 30.0
+
+
+class SqliteDialect(Dialect):
+    placeholder = "?"
+
+    def quote(self, name: str) -> str:
+        return '"' + name.replace('"', '""') + '"'
+
+    def table(self, db: str, table: str) -> str:
+        return self.quote(f"{db}.{table}")
+
+    def index_name(self, db: str, table: str, index: str) -> str:
+        return self.quote(f"{db}.{table}.{index}")
+
+    def column_decl(self, col: ColumnInfo) -> str:
+        return values.sqlite_decl(col)
+
+    def to_store(self, col: ColumnInfo, value: Any) -> Any:
+        return values.to_sqlite(col, value)
+
+    def from_store(self, col: ColumnInfo, raw: Any) -> Any:
+        return values.from_sqlite(col, raw)
+
+    def handle_decl(self) -> str:
+        return f"{self.quote(HIDDEN_HANDLE)} INTEGER PRIMARY KEY"
+
+    def drop_index_sql(self, db: str, table: str, name: str) -> str:
+        return f"DROP INDEX {self.index_name(db, table, name)}"
+
+    def rename_sql(self, db: str, old: str, new_db: str, new: str) -> str:
+        return f"ALTER TABLE {self.table(db, old)} RENAME TO {self.table(new_db, new)}"
+
+    def schema_statements(self, job: Job, before: InfoSchema) -> list[str]:
+        if job.type == JobType.DROP_SCHEMA:
+            return [f"DROP TABLE {self.table(job.schema_name, r.table.name)}" for r in before.tables(job.schema_name)]
+        return []
+
+
+def _translate(exc: BaseException) -> BaseException | None:
+    if isinstance(exc, sqlite3.IntegrityError):
+        text = str(exc)
+        if "UNIQUE" in text or "PRIMARY KEY" in text:
+            return DuplicateKeyError(f"duplicate key: {text}")
+        return StoreError(f"constraint violated: {text}")
+    if isinstance(exc, sqlite3.Error):
+        return StoreError(f"sqlite: {exc}")
+    return None
+
+
+class SqliteSession(Session):
+    supports_for_update = False  # BEGIN IMMEDIATE already holds the one write lock
+
+    def _begin(self) -> None:
+        self.execute("BEGIN IMMEDIATE")
+
+
+class SqliteStore(Store):
+    kind = "sqlite"
+    parallel_status = False
+
+    def __init__(self, path: Path, dsn: str) -> None:
+        self.path = path
+        self.dsn = dsn
+        self._dialect = SqliteDialect()
+        self._init_lock = threading.Lock()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = self._connect()
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+        finally:
+            conn.close()
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA synchronous = FULL")
+        return conn
+
+    def dialect(self) -> Dialect:
+        return self._dialect
+
+    def session(self) -> Session:
+        return SqliteSession(self._dialect, self._connect(), _translate)
