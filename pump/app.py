@@ -53,6 +53,7 @@ from pump.node import (
     resolve_node_id,
     wait_safe_to_offline,
 )
+from pump.score import PumpScore
 from pump.server import GrpcServer, PumpService
 from pump.storage.api import CommitResolver, PumpStorage, StorageObserver, StorageOptions, StorageStatus
 
@@ -175,6 +176,9 @@ class PumpApp:
             max_commit_ts=storage.max_commit_ts,
             heartbeat_interval=cfg.heartbeat_interval,
             notify_policy=self._notify_policy,
+            score=PumpScore(
+                self.metrics.storage.write_latency, storage.status, cfg.storage.stop_write_at_available_space
+            ),
         )
         self.service = PumpService(
             storage,

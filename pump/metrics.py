@@ -20,6 +20,9 @@ registered here (the original defined but never registered it).
     binlog_pump_storage_done_gc_ts                                 gauge (physical ms of the TSO)
     binlog_pump_storage_deleted_kv_total                           counter
 
+`StorageMetrics.write_latency` (a `pump.score.LatencyEWMA` of the batch time, write + fsync) feeds the
+routing score the pump publishes (pump/score.py).
+
 The catch-up histogram is registered as `binlog_pump_storage_slow_chaser_catchup_time_seconds` (ours):
 the original registered it under the drainer subsystem by mistake, as
 `binlog_drainer_slow_chaser_catchup_time_seconds`, although only the pump records it.
@@ -49,6 +52,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from common import tso
+from pump.score import LatencyEWMA
 from pump.storage.api import StorageStatus
 
 log = logging.getLogger(__name__)
@@ -176,9 +180,11 @@ class StorageMetrics:
         self.deleted_kv = Counter(
             "binlog_pump_storage_deleted_kv_total", "Total number of index entries deleted by gc", registry=registry
         )
+        self.write_latency = LatencyEWMA()
 
     def write_batch(self, binlogs: int, size_bytes: int, write_seconds: float, fsync_seconds: float) -> None:
         try:
+            self.write_latency.observe(write_seconds + fsync_seconds)
             self.write_binlog_size.labels(type="batch").observe(size_bytes)
             self.write_binlog_duration.labels(type="batch").observe(write_seconds + fsync_seconds)
             self.write_binlog_duration.labels(type="to_disk").observe(write_seconds)

@@ -15,6 +15,8 @@ already refuses prewrites with "no online: closing" (as the original).
 Node id: `<data-dir>/.node`, else the `node-id` key, else `<hostname>:<port of addr>`; the id in use is
 written back to `.node`.  Heartbeat: every `heartbeat-interval` the status is re-published with
 `maxCommitTS` from the storage and `updateTS` = the last TSO seen + the milliseconds since, << 18.
+`score` (0..100, pump/score.py) is published while online, 0 in every other state or when it cannot be
+computed; the pump client's `score` strategy weighs pumps by it.
 """
 
 from __future__ import annotations
@@ -203,6 +205,7 @@ class PumpNode:
         max_commit_ts: Callable[[], int],
         heartbeat_interval: float,
         notify_policy: NotifyPolicy | None = None,
+        score: Callable[[], int] | None = None,
     ) -> None:
         self._registry = registry
         self._tso = tso
@@ -212,6 +215,7 @@ class PumpNode:
         self._max_commit_ts = max_commit_ts
         self._heartbeat_interval = heartbeat_interval
         self._notify_policy = notify_policy or NotifyPolicy()
+        self._score = score
         self._lock = threading.Lock()
         self._state = NodeState.OFFLINE
         self._published = NodeState.OFFLINE
@@ -258,9 +262,20 @@ class PumpNode:
             host=self.host,
             state=state,
             is_alive=True,
+            score=self.score(state),
             max_commit_ts=self._max_commit_ts() if frozen is None else frozen,
             update_ts=self._clock.now(),
         )
+
+    def score(self, state: NodeState) -> int:
+        """The routing score to publish with `state`: 0 unless online; a failing computation gives 0."""
+        if self._score is None or state is not NodeState.ONLINE:
+            return 0
+        try:
+            return max(0, min(100, int(self._score())))
+        except Exception as exc:  # the storage may be closing: never fail a heartbeat for a score
+            log.debug("node_id=%s score unavailable: %s", self.node_id, exc)
+            return 0
 
     def freeze_max_commit_ts(self) -> None:
         """Keep publishing the current maxCommitTS from now on (call before the storage closes)."""

@@ -164,7 +164,7 @@ def test_registration_json_and_heartbeat(
         p.app.cfg.addr,
         "online",
         True,
-        0,
+        100,  # routing score (pump/score.py): MemoryStorage has 50 GiB free, no write batch measured yet
         None,
     )
     first = pump_status(registry)
