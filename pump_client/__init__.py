@@ -1,0 +1,30 @@
+"""The pump client: send binlogs to the pump cluster registered in etcd (reference §2).
+
+from pump_client import PumpsClient
+client = PumpsClient("http://127.0.0.1:2379", strategy="range")
+client.write_binlog(prewrite)          # raises PumpClientError when no pump took it
+client.write_binlog_async(commit)      # never fails; delivered to the prewrite's pump
+client.close()
+"""
+
+from __future__ import annotations
+
+from pump_client.client import PumpsClient
+from pump_client.errors import ClientClosedError, NoPumpError, PumpClientError, PumpFullError
+from pump_client.membership import PumpInfo
+from pump_client.metrics import ClientMetrics
+from pump_client.selector import HASH, RANGE, SCORE, STRATEGIES
+
+__all__ = [
+    "HASH",
+    "RANGE",
+    "SCORE",
+    "STRATEGIES",
+    "ClientClosedError",
+    "ClientMetrics",
+    "NoPumpError",
+    "PumpClientError",
+    "PumpFullError",
+    "PumpInfo",
+    "PumpsClient",
+]

@@ -1,0 +1,400 @@
+"""`PumpsClient`: sends binlogs to the pump cluster (reference §2, with the changes listed below).
+
+Construction: etcd (`etcd_urls`, like TiDB's pd-urls) -> cluster id (`/pd/cluster_id`) -> list
+`/tidb-binlog/v1/pumps` (NoPumpError if none) -> watch that prefix (survives etcd restarts) -> start the
+prober.  Prewrites go to a pump chosen by the strategy (pump_client/selector.py) and are retried and
+failed over as pump_client/retry.py describes; commits and rollbacks go to the pump that took the
+prewrite (the start_ts map, pump_client/tsmap.py) and never raise.  Pump availability is
+pump_client/membership.py; the gRPC edge is pump_client/transport.py.
+
+Changes from the original: unknown strategy names are an error (not silently `range`); `hash` is stable
+(sorted node ids); `score` works (weights published by the pumps); the start_ts map is per client and
+bounded; commits can be sent in the background (`write_binlog_async`); everything is closed by `close()`.
+
+Threads: one etcd watcher, one prober, and (for async commits) a timer plus `ASYNC_WORKERS` workers.
+`write_binlog` may be called from any number of threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future
+from typing import Final
+
+from common.errors import ConfigError, EtcdUnavailableError, TSOError
+from common.etcd import EtcdClient, PrefixWatcher, TLSFiles
+from common.pb import binlog_pb2, gogo, pump_pb2
+from common.pd_client import CLUSTER_ID_KEY, read_cluster_id
+from common.registry import NodeChange, NodeKind, Registry
+from pump_client.commit import CommitJob
+from pump_client.dispatch import DEFAULT_MAX_PENDING, DEFAULT_WORKERS, Dispatcher
+from pump_client.errors import ClientClosedError, NoPumpError, PumpClientError, PumpFullError
+from pump_client.membership import DEFAULT_MAX_ERR_NUMS, Membership, PumpInfo
+from pump_client.metrics import COMMIT, PREWRITE, ClientMetrics
+from pump_client.retry import (
+    DEFAULT_COMMIT_TIMEOUT,
+    DEFAULT_RETRY_INTERVAL,
+    DEFAULT_WRITE_TIMEOUT,
+    Action,
+    RetryPolicy,
+    on_error,
+)
+from pump_client.selector import RANGE, make_selector
+from pump_client.transport import DEFAULT_MAX_MESSAGE_SIZE, AttemptError, PumpTransport
+from pump_client.tsmap import DEFAULT_MAX_TRACKED_TXNS, StartTsMap
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PROBE_INTERVAL: Final = 30.0
+"""Seconds between probes of unavailable online pumps (original CheckInterval: 30 s)."""
+DEFAULT_CONNECT_TIMEOUT: Final = 10.0
+"""Seconds construction keeps trying etcd (and waits for the cluster id) before it fails."""
+DEFAULT_CLOSE_TIMEOUT: Final = 10.0
+"""Seconds close() waits for background commits still being delivered."""
+PROBE_TIMEOUT: Final = 3.0
+"""Deadline of one probe call (at most write_timeout)."""
+ASYNC_WORKERS: Final = DEFAULT_WORKERS
+_GRPC_INT_MAX: Final = 2**31 - 1
+
+
+class PumpsClient:
+    """Writes binlogs to the pumps registered in etcd; thread-safe.  See the module docstring."""
+
+    def __init__(
+        self,
+        etcd_urls: str | Sequence[str],
+        *,
+        strategy: str = RANGE,
+        write_timeout: float = DEFAULT_WRITE_TIMEOUT,
+        commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
+        retry_interval: float = DEFAULT_RETRY_INTERVAL,
+        probe_interval: float = DEFAULT_PROBE_INTERVAL,
+        max_err_nums: int = DEFAULT_MAX_ERR_NUMS,
+        tls: TLSFiles | None = None,
+        max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+        max_tracked_txns: int = DEFAULT_MAX_TRACKED_TXNS,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    ) -> None:
+        try:
+            self._policy = RetryPolicy(write_timeout, commit_timeout, retry_interval)
+            self._membership = Membership(max_err_nums)
+            self._tsmap = StartTsMap(max_tracked_txns)
+        except ValueError as exc:
+            raise ConfigError(f"pump client: {exc}") from exc
+        if not probe_interval > 0:
+            raise ConfigError(f"pump client: probe_interval must be > 0, got {probe_interval!r}")
+        if not 0 < max_message_size <= _GRPC_INT_MAX:
+            raise ConfigError(f"pump client: max_message_size must be in 1..{_GRPC_INT_MAX}, got {max_message_size}")
+        self.strategy = strategy
+        self._selector = make_selector(strategy)
+        self._selector_version = -1
+        self._probe_interval = probe_interval
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._closed = False
+        self.metrics = ClientMetrics()
+        self._watcher: PrefixWatcher | None = None
+        self._prober: threading.Thread | None = None
+        self._dispatcher: Dispatcher | None = None
+        self._transport = PumpTransport(tls=tls, max_message_size=max_message_size, retire_after=write_timeout + 5.0)
+        self._etcd = EtcdClient(etcd_urls, tls=tls, retry_for=connect_timeout)
+        try:
+            self._start(connect_timeout)
+        except BaseException:
+            self._abort_start()
+            raise
+
+    # ------------------------------------------------------------------------------------ start
+    def _start(self, connect_timeout: float) -> None:
+        etcd = self._etcd
+        try:
+            self.cluster_id = self._read_cluster_id(connect_timeout)
+            registry = Registry(etcd)
+            statuses = registry.list(NodeKind.PUMP)
+        except EtcdUnavailableError as exc:
+            raise PumpClientError(f"pump client cannot reach etcd at {etcd.describe}: {exc}") from exc
+        if not statuses:
+            raise NoPumpError(
+                f"no pump found in etcd at {etcd.describe} (nothing under {registry.prefix(NodeKind.PUMP)})"
+            )
+        with self._lock:
+            for status in statuses:
+                self._membership.put(status)
+            self._refresh_selector_locked()
+            available = self._membership.available_count()
+        log.info(
+            "pump client: cluster_id=%d strategy=%s pumps=%d available=%d",
+            self.cluster_id,
+            self.strategy,
+            len(statuses),
+            available,
+        )
+        self._dispatcher = Dispatcher(workers=ASYNC_WORKERS, max_pending=DEFAULT_MAX_PENDING)
+        self._watcher = registry.watch(NodeKind.PUMP, self._on_change)
+        self._prober = threading.Thread(target=self._probe_loop, name="pump-client-probe", daemon=True)
+        self._prober.start()
+
+    def _read_cluster_id(self, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                cluster_id = read_cluster_id(self._etcd)
+            except TSOError as exc:
+                raise PumpClientError(f"pump client: {exc}") from exc
+            if cluster_id is not None:
+                return cluster_id
+            if time.monotonic() >= deadline:
+                raise PumpClientError(
+                    f"no cluster id at {CLUSTER_ID_KEY} in etcd at {self._etcd.describe} after {timeout:.1f}s: "
+                    "is pd-server running?"
+                )
+            time.sleep(0.1)
+
+    def _abort_start(self) -> None:
+        self._closed = True
+        self._stop.set()
+        if self._watcher is not None:
+            self._watcher.stop()
+        if self._dispatcher is not None:
+            self._dispatcher.close(0.0)
+            self._dispatcher.join()
+        self._transport.close()
+        self._etcd.close()
+
+    # ---------------------------------------------------------------------------------- writing
+    def write_binlog(self, binlog: binlog_pb2.Binlog) -> None:
+        """Write one binlog.  A prewrite raises PumpClientError when every pump failed; a commit or
+        rollback never raises (it is retried on its prewrite's pump for up to commit_timeout)."""
+        if binlog.tp == binlog_pb2.Prewrite:
+            self._write_prewrite(binlog)
+            return
+        job = self._commit_job(binlog)
+        if job is None:
+            return
+        while True:
+            delay = job.step()
+            if delay is None:
+                return
+            if self._stop.wait(delay):
+                job.abandon()
+                return
+
+    def write_binlog_async(self, binlog: binlog_pb2.Binlog) -> Future[None]:
+        """Send a commit or rollback binlog in the background; the future resolves (always with None)
+        once it is delivered or given up.  A prewrite is written synchronously (it may raise)."""
+        if binlog.tp == binlog_pb2.Prewrite:
+            self._write_prewrite(binlog)
+            done: Future[None] = Future()
+            done.set_result(None)
+            return done
+        job = self._commit_job(binlog)
+        if job is None or self._dispatcher is None:
+            finished: Future[None] = Future()
+            finished.set_result(None)
+            return finished
+        return self._dispatcher.submit(job)
+
+    def _write_prewrite(self, binlog: binlog_pb2.Binlog) -> None:
+        start_ts = binlog.start_ts
+        if self._closed:
+            raise ClientClosedError(f"pump client is closed: prewrite start_ts={start_ts} not written")
+        request = pump_pb2.WriteBinlogReq(clusterID=self.cluster_id, payload=gogo.marshal_binlog(binlog))
+        policy = self._policy
+        begin = time.monotonic()
+        retry = 0
+        last = "no available pump"
+        while True:
+            pump = self._select(start_ts, retry)
+            if pump is not None:
+                err = self._attempt(pump.node_id, pump.addr, request, policy.write_timeout, retry=retry > 0)
+                if err is None:
+                    self._tsmap.set(start_ts, pump.node_id)
+                    return
+                last = f"node_id={pump.node_id}: {err.describe()}"
+                if on_error(err.code) is Action.FAIL:
+                    self.metrics.give_up(PREWRITE)
+                    raise PumpFullError(f"write binlog start_ts={start_ts} refused by pump {last} (not retried)")
+                log.warning(
+                    "write prewrite start_ts=%d to node_id=%s failed (try %d): %s",
+                    start_ts,
+                    pump.node_id,
+                    retry + 1,
+                    err.describe(),
+                )
+            retry += 1
+            with self._lock:
+                available = self._membership.available_count()
+            if policy.prewrite_gives_up(time.monotonic() - begin, retry, available):
+                break
+            if self._stop.wait(policy.retry_interval):
+                raise ClientClosedError(f"pump client closed while writing prewrite start_ts={start_ts}")
+        self._write_to_any_online(start_ts, request, last)
+
+    def _write_to_any_online(self, start_ts: int, request: pump_pb2.WriteBinlogReq, last: str) -> None:
+        """The last resort: every online pump once, available or not, each on a fresh channel."""
+        with self._lock:
+            pumps = self._membership.online()
+        log.warning("prewrite start_ts=%d: retries exhausted, trying all %d online pumps", start_ts, len(pumps))
+        for pump in pumps:
+            if self._stop.is_set():
+                break
+            self._transport.reset(pump.addr)
+            err = self._attempt(pump.node_id, pump.addr, request, self._policy.write_timeout, retry=True)
+            if err is None:
+                self._tsmap.set(start_ts, pump.node_id)
+                return
+            last = f"node_id={pump.node_id}: {err.describe()}"
+        self.metrics.give_up(PREWRITE)
+        raise PumpClientError(f"write binlog start_ts={start_ts} failed, the last error {last}")
+
+    def _commit_job(self, binlog: binlog_pb2.Binlog) -> CommitJob | None:
+        start_ts = binlog.start_ts
+        node_id = self._tsmap.get(start_ts)
+        if node_id is None:
+            log.warning(
+                "no prewrite known for start_ts=%d: commit binlog (tp=%d, commit_ts=%d) dropped; "
+                "the pump's resolver decides the transaction",
+                start_ts,
+                binlog.tp,
+                binlog.commit_ts,
+            )
+            self.metrics.give_up(COMMIT)
+            return None
+        if self._closed:
+            log.warning("pump client is closed: commit binlog start_ts=%d not sent", start_ts)
+            self._tsmap.pop(start_ts)
+            self.metrics.give_up(COMMIT)
+            return None
+        request = pump_pb2.WriteBinlogReq(clusterID=self.cluster_id, payload=gogo.marshal_binlog(binlog))
+        return CommitJob(
+            node_id,
+            start_ts,
+            binlog.commit_ts,
+            request,
+            self._policy,
+            lookup=self._pump,
+            attempt=self._attempt,
+            finish=self._commit_finished,
+        )
+
+    def _commit_finished(self, start_ts: int, delivered: bool) -> None:
+        self._tsmap.pop(start_ts)
+        if not delivered:
+            self.metrics.give_up(COMMIT)
+
+    # --------------------------------------------------------------------------- pump selection
+    def _select(self, start_ts: int, retry: int) -> PumpInfo | None:
+        with self._lock:
+            node_id = self._selector.select(start_ts, retry)
+            return None if node_id is None else self._membership.get(node_id)
+
+    def _pump(self, node_id: str) -> PumpInfo | None:
+        with self._lock:
+            return self._membership.get(node_id)
+
+    def _refresh_selector_locked(self) -> None:
+        if self._membership.version != self._selector_version:
+            self._selector.set_pumps(self._membership.candidates())
+            self._selector_version = self._membership.version
+
+    def _attempt(
+        self, node_id: str, addr: str, request: pump_pb2.WriteBinlogReq, timeout: float, *, retry: bool
+    ) -> AttemptError | None:
+        """One call; updates the pump's error count, its channel and the metrics.  The error, or None."""
+        try:
+            self._transport.write(addr, request, timeout)
+        except AttemptError as err:
+            self.metrics.attempt(node_id, retry, ok=False)
+            if on_error(err.code) is Action.RECONNECT:
+                self._transport.reset(addr, err.generation)
+            with self._lock:
+                self._membership.record_error(node_id)
+                self._refresh_selector_locked()
+            return err
+        self.metrics.attempt(node_id, retry, ok=True)
+        with self._lock:
+            self._membership.record_success(node_id)
+            self._refresh_selector_locked()
+        return None
+
+    # ------------------------------------------------------------------------- watch and probe
+    def _on_change(self, change: NodeChange) -> None:
+        with self._lock:
+            before = self._membership.get(change.node_id)
+            applied = self._membership.apply(change)
+            self._refresh_selector_locked()
+        if applied.reconnect and before is not None:
+            self._transport.reset(before.addr)
+
+    def _probe_loop(self) -> None:
+        while not self._stop.wait(self._probe_interval):
+            try:
+                self.probe_once()
+            except Exception:
+                log.exception("pump probe failed unexpectedly")
+
+    def probe_once(self) -> list[str]:
+        """Probe every unavailable online pump once (empty payload); the node ids that came back."""
+        with self._lock:
+            targets = self._membership.to_probe()
+        request = pump_pb2.WriteBinlogReq(clusterID=self.cluster_id, payload=b"")
+        back: list[str] = []
+        for pump in targets:
+            if self._stop.is_set():
+                break
+            self._transport.reset(pump.addr)
+            try:
+                self._transport.write(pump.addr, request, min(self._policy.write_timeout, PROBE_TIMEOUT))
+            except AttemptError as err:
+                log.debug("probe of node_id=%s at %s failed: %s", pump.node_id, pump.addr, err.describe())
+                continue
+            with self._lock:
+                if self._membership.record_success(pump.node_id):
+                    back.append(pump.node_id)
+                self._refresh_selector_locked()
+        if back:
+            log.info("probe: pumps available again: %s", ", ".join(back))
+        return back
+
+    # ---------------------------------------------------------------------------------- queries
+    def pumps(self) -> list[PumpInfo]:
+        """A snapshot of every known pump, sorted by node id."""
+        with self._lock:
+            return self._membership.snapshot()
+
+    @property
+    def tracked_txns(self) -> int:
+        """Prewrites whose commit has not been sent yet."""
+        return len(self._tsmap)
+
+    # ------------------------------------------------------------------------------------ close
+    def close(self, timeout: float = DEFAULT_CLOSE_TIMEOUT) -> None:
+        """Idempotent: stop intake, wait up to `timeout` for background commits, stop the watcher and
+        the prober, close the channels and etcd."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        dispatcher = self._dispatcher
+        if dispatcher is not None:
+            log.info("pump client closing: waiting up to %.1fs for %d background commits", timeout, dispatcher.pending)
+            dispatcher.close(timeout)
+        self._stop.set()
+        if self._watcher is not None:
+            self._watcher.stop()
+        if self._prober is not None:
+            self._prober.join()
+        self._transport.close()
+        if dispatcher is not None:
+            dispatcher.join()
+        self._etcd.close()
+        log.info("pump client closed")
+
+    def __enter__(self) -> PumpsClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,40 @@
+"""Errors of the pump client, in the project's hierarchy (common.errors.BinlogError).
+
+    PumpClientError          a prewrite could not be written to any pump, or the client cannot start
+                             (etcd unreachable, no cluster id).  `retriable`: the caller may retry the
+                             transaction later.
+      NoPumpError            no pump is registered in etcd (construction)
+      PumpFullError          a pump answered RESOURCE_EXHAUSTED (disk below stop-write-at-available-space,
+                             message too large, too many calls): never retried, raised at once
+      ClientClosedError      the client is closed
+
+Commit and rollback binlogs never raise: the pump's resolver fills the gap (reference §2).
+"""
+
+from __future__ import annotations
+
+from common.errors import BinlogError, ResourceExhaustedError
+
+
+class PumpClientError(BinlogError):
+    """A prewrite binlog could not be written, or the client could not be built."""
+
+    retriable = True
+
+
+class NoPumpError(PumpClientError):
+    """No pump is registered in etcd (the original: "no pump found in pd")."""
+
+    retriable = False
+
+
+class PumpFullError(PumpClientError, ResourceExhaustedError):
+    """A pump refused the binlog with RESOURCE_EXHAUSTED; the client does not retry it."""
+
+    retriable = False
+
+
+class ClientClosedError(PumpClientError):
+    """The client was closed."""
+
+    retriable = False

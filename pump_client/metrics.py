@@ -1,0 +1,72 @@
+"""Counters of one pump client, on its own prometheus CollectorRegistry (`ClientMetrics.registry`).
+
+    binlog_pump_client_writes_total{node_id}     WriteBinlog calls that succeeded on the pump
+    binlog_pump_client_failures_total{node_id}   WriteBinlog calls that failed on the pump
+    binlog_pump_client_retries_total{node_id}    calls to the pump that were a retry of a binlog
+                                                 (not its first attempt)
+    binlog_pump_client_given_up_total{type}      binlogs the client gave up on: type=prewrite (raised),
+                                                 commit (dropped after commit_timeout, or no pump known
+                                                 for its start_ts)
+
+Probes (empty payloads) are not counted.  `writes(node_id)`, `failures(node_id)`, `retries(node_id)`
+and `given_up(kind)` read the values back (for tests and logs).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from prometheus_client import CollectorRegistry, Counter, generate_latest
+
+PREWRITE: Final = "prewrite"
+COMMIT: Final = "commit"
+
+
+class ClientMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self._writes = Counter(
+            "binlog_pump_client_writes", "binlogs written to a pump", ["node_id"], registry=self.registry
+        )
+        self._failures = Counter(
+            "binlog_pump_client_failures", "failed WriteBinlog calls to a pump", ["node_id"], registry=self.registry
+        )
+        self._retries = Counter(
+            "binlog_pump_client_retries",
+            "WriteBinlog calls to a pump that retried a binlog",
+            ["node_id"],
+            registry=self.registry,
+        )
+        self._given_up = Counter(
+            "binlog_pump_client_given_up", "binlogs the client gave up on", ["type"], registry=self.registry
+        )
+
+    # ------------------------------------------------------------------------------ recording
+    def attempt(self, node_id: str, retry: bool, ok: bool) -> None:
+        if retry:
+            self._retries.labels(node_id=node_id).inc()
+        (self._writes if ok else self._failures).labels(node_id=node_id).inc()
+
+    def give_up(self, kind: str) -> None:
+        self._given_up.labels(type=kind).inc()
+
+    # -------------------------------------------------------------------------------- reading
+    def writes(self, node_id: str) -> int:
+        return self._sample("binlog_pump_client_writes_total", {"node_id": node_id})
+
+    def failures(self, node_id: str) -> int:
+        return self._sample("binlog_pump_client_failures_total", {"node_id": node_id})
+
+    def retries(self, node_id: str) -> int:
+        return self._sample("binlog_pump_client_retries_total", {"node_id": node_id})
+
+    def given_up(self, kind: str) -> int:
+        return self._sample("binlog_pump_client_given_up_total", {"type": kind})
+
+    def _sample(self, name: str, labels: dict[str, str]) -> int:
+        value = self.registry.get_sample_value(name, labels)
+        return 0 if value is None else int(value)
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of these counters."""
+        return generate_latest(self.registry)

@@ -1,0 +1,84 @@
+"""Retry decisions of the pump client (pure: values in, decisions out), reference §2.
+
+Prewrite (tp = Prewrite):
+    loop: select a pump (re-selected on every retry) and send; on an error
+      RESOURCE_EXHAUSTED       -> raise at once (not retried)
+      UNAVAILABLE              -> recreate that pump's channel, then as any other error
+      any other error          -> count it against the pump, sleep `retry_interval`, retry
+    the loop stops when elapsed > write_timeout AND retries > number of available pumps;
+    then every online pump is tried once (unavailable ones included, fresh channel each), the first
+    success makes that pump available again; if all fail: PumpClientError with the last error.
+Commit / rollback:
+    only the pump that took the prewrite, every 10 x retry_interval (1 s), until elapsed >
+    commit_timeout (600 s); never an error for the caller.  Every error is retried here, RESOURCE_EXHAUSTED
+    included (the pump may free space meanwhile, and giving up early only leaves more to its resolver).
+Per-RPC deadline: `write_timeout` (the original's BinlogWriteTimeout); a commit attempt also stops at
+its own deadline (but gets at least MIN_RPC_TIMEOUT).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Final
+
+import grpc
+
+DEFAULT_WRITE_TIMEOUT: Final = 15.0
+"""Seconds: prewrite retry budget and per-RPC deadline (TiDB `[binlog] write-timeout`, 15 s)."""
+DEFAULT_COMMIT_TIMEOUT: Final = 600.0
+"""Seconds a commit/rollback binlog is retried on its pump (original CommitBinlogTimeout: 10 min)."""
+DEFAULT_RETRY_INTERVAL: Final = 0.1
+"""Seconds between prewrite retries (original RetryInterval: 100 ms); commits retry every 10x this."""
+COMMIT_RETRY_FACTOR: Final = 10
+MIN_RPC_TIMEOUT: Final = 0.5
+"""A commit attempt near its deadline still gets this long."""
+
+
+class Action(Enum):
+    RETRY = "retry"
+    RECONNECT = "reconnect"  # recreate the pump's channel, then retry
+    FAIL = "fail"  # do not retry
+
+
+def on_error(code: grpc.StatusCode | None) -> Action:
+    """What to do after a failed call with this status code (None: not a gRPC status)."""
+    if code is grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return Action.FAIL
+    if code is grpc.StatusCode.UNAVAILABLE:
+        return Action.RECONNECT
+    return Action.RETRY
+
+
+def prewrite_gives_up(elapsed: float, write_timeout: float, retries: int, available: int) -> bool:
+    """Stop the select-and-retry loop (then the last-resort pass over every online pump runs)."""
+    return elapsed > write_timeout and retries > available
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    write_timeout: float = DEFAULT_WRITE_TIMEOUT
+    commit_timeout: float = DEFAULT_COMMIT_TIMEOUT
+    retry_interval: float = DEFAULT_RETRY_INTERVAL
+
+    def __post_init__(self) -> None:
+        for name in ("write_timeout", "commit_timeout"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        if self.retry_interval < 0:
+            raise ValueError(f"retry_interval must be >= 0, got {self.retry_interval!r}")
+
+    @property
+    def commit_interval(self) -> float:
+        return self.retry_interval * COMMIT_RETRY_FACTOR
+
+    def prewrite_gives_up(self, elapsed: float, retries: int, available: int) -> bool:
+        return prewrite_gives_up(elapsed, self.write_timeout, retries, available)
+
+    def commit_gives_up(self, elapsed: float) -> bool:
+        """True once a commit has been retried for longer than commit_timeout."""
+        return elapsed > self.commit_timeout
+
+    def commit_rpc_timeout(self, elapsed: float) -> float:
+        """Deadline of one commit attempt: write_timeout, cut to what is left of commit_timeout."""
+        return max(MIN_RPC_TIMEOUT, min(self.write_timeout, self.commit_timeout - elapsed))

@@ -1,0 +1,535 @@
+"""PumpsClient against real etcd, pd-server and pump processes (and scripted in-process pumps for the
+retry paths that real pumps cannot be made to take on cue)."""
+
+from __future__ import annotations
+
+import random
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import pytest
+
+from common.errors import ConfigError
+from common.etcd import EtcdClient
+from common.pb import binlog_pb2, pump_pb2, pump_pb2_grpc
+from common.pd_client import CLUSTER_ID_KEY, TSOClient, read_cluster_id
+from common.registry import NodeKind, NodeState, NodeStatus, Registry
+from pump_client import NoPumpError, PumpClientError, PumpFullError, PumpsClient
+from pump_client.metrics import COMMIT, PREWRITE
+from tests.functional.pumputil import PumpClient as RawPump
+from tests.functional.pumputil import is_fake, prewrite_value
+from tools.localcluster import EtcdProcess, PDProcess, PumpProcess
+from tools.procs import free_port, wait_for
+
+pytestmark = pytest.mark.functional
+README = Path(__file__).resolve().parents[2] / "README.md"
+README_PY_BLOCK = re.compile(r"```py\n(.*?)```", re.DOTALL)
+FAST = ["--gen-binlog-interval", "1", "--heartbeat-interval", "1"]
+WRITERS = 8
+DEADLINE = 30.0
+
+
+def start_pumps(
+    tmp_path: Path, etcd_server: EtcdProcess, request: pytest.FixtureRequest, n: int, *extra: str
+) -> list[PumpProcess]:
+    pumps = [PumpProcess(tmp_path, etcd_server.url, name=f"pump{i}", extra_args=[*FAST, *extra]) for i in range(n)]
+    for pump in pumps:
+
+        def cleanup(pump: PumpProcess = pump) -> None:
+            rep = getattr(request.node, "rep_call", None)
+            if rep is not None and rep.failed:
+                print(f"\n===== {pump.name} log =====\n{pump.process.log_tail(60)}")
+            pump.stop()
+
+        request.addfinalizer(cleanup)
+        pump.start()
+    return pumps
+
+
+def prewrite(start_ts: int) -> binlog_pb2.Binlog:
+    return binlog_pb2.Binlog(
+        tp=binlog_pb2.Prewrite,
+        start_ts=start_ts,
+        prewrite_key=b"pk%d" % start_ts,
+        prewrite_value=prewrite_value(start_ts),
+    )
+
+
+def commit(start_ts: int, commit_ts: int) -> binlog_pb2.Binlog:
+    return binlog_pb2.Binlog(
+        tp=binlog_pb2.Commit, start_ts=start_ts, commit_ts=commit_ts, prewrite_key=b"pk%d" % start_ts
+    )
+
+
+def rollback(start_ts: int) -> binlog_pb2.Binlog:
+    return binlog_pb2.Binlog(tp=binlog_pb2.Rollback, start_ts=start_ts, prewrite_key=b"pk%d" % start_ts)
+
+
+@dataclass
+class Txns:
+    """What the writer threads did."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    committed: dict[int, int] = field(default_factory=dict)  # start_ts -> commit_ts
+    rolled_back: set[int] = field(default_factory=set)
+    pending: list[futures.Future[None]] = field(default_factory=list)
+    errors: list[BaseException] = field(default_factory=list)
+
+    @property
+    def done(self) -> int:
+        with self.lock:
+            return len(self.committed) + len(self.rolled_back)
+
+
+def run_writers(
+    client: PumpsClient, tso: TSOClient, txns: Txns, *, per_writer: int, stop: threading.Event | None = None
+) -> list[threading.Thread]:
+    """WRITERS threads, each writing prewrite then commit (sync or async) or rollback (1 in 5)."""
+
+    def writer(i: int) -> None:
+        rng = random.Random(i)
+        n = 0
+        try:
+            while n < per_writer and not (stop is not None and stop.is_set()):
+                n += 1
+                start_ts = tso.get_ts()
+                client.write_binlog(prewrite(start_ts))
+                if rng.randrange(5) == 0:
+                    client.write_binlog(rollback(start_ts))
+                    with txns.lock:
+                        txns.rolled_back.add(start_ts)
+                    continue
+                commit_ts = tso.get_ts()
+                if rng.randrange(2):
+                    client.write_binlog(commit(start_ts, commit_ts))
+                else:
+                    fut = client.write_binlog_async(commit(start_ts, commit_ts))
+                    with txns.lock:
+                        txns.pending.append(fut)
+                with txns.lock:
+                    txns.committed[start_ts] = commit_ts
+        except BaseException as exc:
+            with txns.lock:
+                txns.errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(i,), name=f"writer-{i}", daemon=True) for i in range(WRITERS)]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def join(threads: list[threading.Thread], txns: Txns, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    assert not [t.name for t in threads if t.is_alive()], "writers still running"
+    _, not_done = futures.wait(txns.pending, timeout=max(1.0, deadline - time.monotonic()))
+    assert not not_done, f"{len(not_done)} async commits not resolved"
+
+
+def pull_past(pump: PumpProcess, cluster_id: int, last_ts: int) -> dict[int, binlog_pb2.Binlog]:
+    """Commits of a pump (commit_ts -> binlog) until a binlog above `last_ts` arrives.
+
+    Getting past `last_ts` proves every prewrite stored on this pump was matched by a commit or a
+    rollback on this same pump: the pumps run without a txn-status store, so an unmatched prewrite
+    would hold the watermark (and the stream) back forever.
+    """
+    raw = RawPump(pump.addr, cluster_id)
+    commits: dict[int, binlog_pb2.Binlog] = {}
+    try:
+        for b in raw.pull(0, timeout=DEADLINE):
+            assert b.tp != binlog_pb2.Prewrite
+            if b.commit_ts > last_ts:
+                break
+            if not is_fake(b):
+                commits[b.commit_ts] = b
+    finally:
+        raw.close()
+    return commits
+
+
+def has_binlog_at(pump: PumpProcess, ts: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{pump.status_addr}/debug/binlog/{ts}", timeout=10) as resp:
+            return bool(resp.status == 200)
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return False
+        raise
+
+
+@pytest.fixture
+def cluster_id(etcd: EtcdClient, pd_server: PDProcess) -> int:
+    cid = read_cluster_id(etcd)
+    assert cid is not None
+    return cid
+
+
+def info(client: PumpsClient, node_id: str) -> tuple[NodeState, bool]:
+    (p,) = [p for p in client.pumps() if p.node_id == node_id]
+    return p.state, p.available
+
+
+# ------------------------------------------------------------------------------------- real pumps
+
+
+@pytest.mark.parametrize("strategy", ["range", "hash", "score"])
+def test_commits_land_on_their_prewrites_pump(
+    strategy: str, tmp_path: Path, etcd_server: EtcdProcess, cluster_id: int, tso_client: TSOClient,
+    request: pytest.FixtureRequest,
+) -> None:  # fmt: skip
+    pumps = start_pumps(tmp_path, etcd_server, request, 2)
+    with PumpsClient(etcd_server.url, strategy=strategy) as client:
+        assert client.cluster_id == cluster_id
+        assert [p.node_id for p in client.pumps()] == ["pump0", "pump1"]
+        if strategy == "score":
+            wait_for(lambda: all(p.score > 0 for p in client.pumps()), DEADLINE, "pumps to publish scores")
+        txns = Txns()
+        join(run_writers(client, tso_client, txns, per_writer=25), txns)
+        assert not txns.errors, txns.errors[:3]
+        assert len(txns.committed) + len(txns.rolled_back) == WRITERS * 25
+        assert txns.rolled_back, "the load should include rollbacks"
+        assert client.tracked_txns == 0
+        assert client.metrics.given_up(PREWRITE) == client.metrics.given_up(COMMIT) == 0
+        assert [client.metrics.failures(p.node_id) for p in pumps] == [0, 0]
+        writes = [client.metrics.writes(p.node_id) for p in pumps]
+        assert sum(writes) == 2 * WRITERS * 25
+
+    last_ts = tso_client.get_ts()
+    by_pump = {p.node_id: pull_past(p, cluster_id, last_ts) for p in pumps}
+    where: dict[int, str] = {}  # start_ts -> node id
+    for node_id, commits in by_pump.items():
+        for commit_ts, b in commits.items():
+            assert txns.committed.get(b.start_ts) == commit_ts
+            assert b.prewrite_value == prewrite_value(b.start_ts), "the commit's prewrite is on another pump"
+            assert b.start_ts not in where, "committed twice"
+            where[b.start_ts] = node_id
+    assert set(where) == set(txns.committed)
+    for start_ts in txns.rolled_back:
+        holders = [p.node_id for p in pumps if has_binlog_at(p, start_ts)]
+        assert len(holders) == 1, (start_ts, holders)
+        where[start_ts] = holders[0]  # and its rollback is there: that pump's stream got past it
+
+    per_pump = [sum(1 for n in where.values() if n == p.node_id) for p in pumps]
+    assert [w // 2 for w in writes] == per_pump
+    if strategy == "range":
+        assert abs(per_pump[0] - per_pump[1]) <= 1  # strict alternation: no attempt failed
+    elif strategy == "hash":
+        assert all(node_id == f"pump{start_ts % 2}" for start_ts, node_id in where.items())
+    else:
+        assert min(per_pump) >= 40  # equal scores: ~100 each; below 40 has probability < 1e-15
+
+
+def test_kill9_one_of_three_pumps_while_writing(
+    tmp_path: Path, etcd_server: EtcdProcess, cluster_id: int, tso_client: TSOClient, request: pytest.FixtureRequest
+) -> None:
+    pumps = start_pumps(tmp_path, etcd_server, request, 3)
+    victim = pumps[2]
+    probe_interval = 0.5
+    with PumpsClient(etcd_server.url, probe_interval=probe_interval, retry_interval=0.05) as client:
+        txns = Txns()
+        stop = threading.Event()
+        threads = run_writers(client, tso_client, txns, per_writer=1_000_000, stop=stop)
+        try:
+            wait_for(lambda: txns.done >= 100 or bool(txns.errors), DEADLINE, "100 transactions")
+            victim.kill9()
+            at_kill = txns.done
+            wait_for(lambda: txns.done >= at_kill + 200 or bool(txns.errors), DEADLINE, "200 more after the kill")
+            assert not txns.errors, txns.errors[:3]
+            wait_for(lambda: not info(client, victim.node_id)[1], DEADLINE, "the dead pump to become unavailable")
+            before = client.metrics.writes(victim.node_id)
+            victim.start()
+            restarted = time.monotonic()
+            wait_for(
+                lambda: client.metrics.writes(victim.node_id) > before + 10 or bool(txns.errors),
+                4 * probe_interval + 10,
+                "the restarted pump to receive traffic again",
+            )
+            rejoined_after = time.monotonic() - restarted
+        finally:
+            stop.set()
+            join(threads, txns)
+        assert not txns.errors, txns.errors[:3]
+        assert client.metrics.given_up(PREWRITE) == 0
+        assert client.metrics.given_up(COMMIT) == 0  # commits for the dead pump waited for its restart
+        assert client.tracked_txns == 0
+        assert info(client, victim.node_id) == (NodeState.ONLINE, True)
+        assert all(client.metrics.writes(p.node_id) > 0 for p in pumps)
+        print(f"restarted pump took traffic again {rejoined_after:.2f}s after it was serving")
+
+
+def test_a_paused_pump_gets_no_more_prewrites(
+    tmp_path: Path, etcd_server: EtcdProcess, cluster_id: int, tso_client: TSOClient, request: pytest.FixtureRequest
+) -> None:
+    pumps = start_pumps(tmp_path, etcd_server, request, 2)
+    paused = pumps[1]
+    with PumpsClient(etcd_server.url) as client:
+        txns = Txns()
+        join(run_writers(client, tso_client, txns, per_writer=5), txns)
+        assert client.metrics.writes(paused.node_id) > 0
+        req = urllib.request.Request(f"http://{paused.status_addr}/state/{paused.node_id}/pause", method="PUT")
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            assert resp.status == 200
+        wait_for(lambda: info(client, paused.node_id) == (NodeState.PAUSED, False), DEADLINE, "the pump paused")
+        before = client.metrics.writes(paused.node_id)
+        join(run_writers(client, tso_client, txns, per_writer=10), txns)
+        assert not txns.errors, txns.errors[:3]
+        assert client.metrics.writes(paused.node_id) == before
+        assert client.metrics.failures(paused.node_id) == 0  # not even tried
+        assert client.metrics.writes(pumps[0].node_id) >= 2 * WRITERS * 10
+
+
+def test_resource_exhausted_is_not_retried(
+    tmp_path: Path, etcd_server: EtcdProcess, cluster_id: int, tso_client: TSOClient, request: pytest.FixtureRequest
+) -> None:
+    (full,) = start_pumps(tmp_path, etcd_server, request, 1, "--storage.stop-write-at-available-space", "1000TiB")
+    with PumpsClient(etcd_server.url, strategy="score") as client:
+        assert client.pumps()[0].score == 0  # a pump below its threshold publishes 0
+        started = time.monotonic()
+        with pytest.raises(PumpFullError, match="RESOURCE_EXHAUSTED") as exc_info:
+            client.write_binlog(prewrite(tso_client.get_ts()))
+        assert time.monotonic() - started < 5
+        assert not exc_info.value.retriable
+        assert client.metrics.failures(full.node_id) == 1
+        assert client.metrics.retries(full.node_id) == 0
+
+
+def test_readme_example_runs(
+    tmp_path: Path, etcd_server: EtcdProcess, cluster_id: int, request: pytest.FixtureRequest,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    start_pumps(tmp_path, etcd_server, request, 1)
+    blocks = [b for b in README_PY_BLOCK.findall(README.read_text()) if "PumpsClient(" in b]
+    assert len(blocks) == 1
+    code = blocks[0].replace('"http://127.0.0.1:2379"', repr(etcd_server.url))
+    exec(compile(code, "README.md pump client example", "exec"), {})
+    assert "('pump0', 'online', True, " in capsys.readouterr().out
+
+
+def test_construction_errors(etcd_server: EtcdProcess, pd_server: PDProcess) -> None:
+    with pytest.raises(NoPumpError, match="no pump found in etcd"):
+        PumpsClient(etcd_server.url)
+    wrong = f"http://127.0.0.1:{free_port()}"
+    started = time.monotonic()
+    with pytest.raises(PumpClientError, match=r"cannot reach etcd at 127\.0\.0\.1:\d+"):
+        PumpsClient(wrong, connect_timeout=1.0)
+    assert time.monotonic() - started < 10
+    with pytest.raises(ConfigError, match="unknown pump client strategy"):
+        PumpsClient(etcd_server.url, strategy="round-robin")
+
+
+def test_missing_cluster_id_is_a_clear_error(etcd_server: EtcdProcess) -> None:
+    with pytest.raises(PumpClientError, match=r"no cluster id at /pd/cluster_id .*is pd-server running"):
+        PumpsClient(etcd_server.url, connect_timeout=0.5)
+
+
+# ---------------------------------------------------------------------------------- scripted pumps
+
+Script = Callable[[binlog_pb2.Binlog], "tuple[grpc.StatusCode, str] | None"]
+
+
+class ScriptedPump(pump_pb2_grpc.PumpServicer):  # type: ignore[misc]
+    """An in-process binlog.Pump whose answer to each binlog comes from `script` (None: success)."""
+
+    def __init__(self, node_id: str, registry: Registry) -> None:
+        self.node_id = node_id
+        self.script: Script = lambda b: None
+        self.calls: list[binlog_pb2.Binlog] = []
+        self.lock = threading.Lock()
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        pump_pb2_grpc.add_PumpServicer_to_server(self, self.server)
+        self.addr = f"127.0.0.1:{self.server.add_insecure_port('127.0.0.1:0')}"
+        self.server.start()
+        self.registry = registry
+        self.publish(NodeState.ONLINE)
+
+    def publish(self, state: NodeState, score: int = 0) -> None:
+        self.registry.upsert(NodeKind.PUMP, NodeStatus(self.node_id, self.addr, state, score=score))
+
+    def WriteBinlog(self, request: pump_pb2.WriteBinlogReq, context: grpc.ServicerContext) -> pump_pb2.WriteBinlogResp:
+        b = binlog_pb2.Binlog.FromString(request.payload)
+        with self.lock:
+            self.calls.append(b)
+        failure = self.script(b)
+        if failure is not None:
+            context.abort(*failure)
+        return pump_pb2.WriteBinlogResp()
+
+    def seen(self, tp: int | None = None, start_ts: int | None = None) -> int:
+        with self.lock:
+            return sum(
+                1
+                for b in self.calls
+                if (tp is None or b.tp == tp) and (start_ts is None or b.start_ts == start_ts) and b.start_ts
+            )
+
+    def probes(self) -> int:
+        with self.lock:
+            return sum(1 for b in self.calls if b.start_ts == 0 and b.commit_ts == 0)
+
+
+@pytest.fixture
+def scripted(etcd_server: EtcdProcess, etcd: EtcdClient) -> Iterator[Callable[[str], ScriptedPump]]:
+    etcd.put(CLUSTER_ID_KEY, "42")
+    registry = Registry(etcd)
+    made: list[ScriptedPump] = []
+
+    def make(node_id: str) -> ScriptedPump:
+        pump = ScriptedPump(node_id, registry)
+        made.append(pump)
+        return pump
+
+    yield make
+    for pump in made:
+        pump.server.stop(None)
+
+
+UNAVAILABLE = (grpc.StatusCode.UNAVAILABLE, "no online: pausing")
+INTERNAL = (grpc.StatusCode.INTERNAL, "write binlog failed: disk on fire")
+
+
+def test_last_resort_pass_tries_unavailable_online_pumps(
+    scripted: Callable[[str], ScriptedPump], etcd_server: EtcdProcess
+) -> None:
+    a, b = scripted("a"), scripted("b")
+    a.script = lambda binlog: INTERNAL
+    b_failures = [1]
+
+    def b_script(binlog: binlog_pb2.Binlog) -> tuple[grpc.StatusCode, str] | None:
+        if b_failures[0] > 0:
+            b_failures[0] -= 1
+            return UNAVAILABLE
+        return None
+
+    b.script = b_script
+    with PumpsClient(etcd_server.url, write_timeout=0.3, retry_interval=0.01, max_err_nums=0) as client:
+        client.write_binlog(prewrite(100))
+        assert [(p.node_id, p.available) for p in client.pumps()] == [("a", False), ("b", True)]
+        assert b.seen(binlog_pb2.Prewrite, 100) == 2  # once in the loop, once in the last-resort pass
+        client.write_binlog(commit(100, 101))
+        assert b.seen(binlog_pb2.Commit, 100) == 1
+        assert a.seen(binlog_pb2.Commit) == 0
+
+        b.script = lambda binlog: INTERNAL
+        with pytest.raises(PumpClientError, match="write binlog start_ts=200 failed, the last error node_id=b"):
+            client.write_binlog(prewrite(200))
+        assert client.metrics.given_up(PREWRITE) == 1
+
+
+def test_commit_goes_only_to_its_pump_and_never_raises(
+    scripted: Callable[[str], ScriptedPump], etcd_server: EtcdProcess
+) -> None:
+    a, b = scripted("a"), scripted("b")
+    with PumpsClient(etcd_server.url, strategy="hash", commit_timeout=0.5, retry_interval=0.02) as client:
+        client.write_binlog(prewrite(11))  # hash: 11 % 2 -> b
+        assert (a.seen(), b.seen()) == (0, 1)
+        b.script = lambda binlog: INTERNAL if binlog.tp == binlog_pb2.Commit else None
+        started = time.monotonic()
+        client.write_binlog(commit(11, 12))  # retried every 0.2 s for 0.5 s, then dropped
+        assert 0.5 <= time.monotonic() - started < 5
+        assert 2 <= b.seen(binlog_pb2.Commit, 11) <= 5  # every 0.2 s for 0.5 s (fewer on a loaded machine)
+        assert a.seen() == 0
+        assert client.metrics.given_up(COMMIT) == 1
+        assert client.tracked_txns == 0
+
+        client.write_binlog(rollback(999))  # unknown start_ts: logged and dropped
+        assert client.metrics.given_up(COMMIT) == 2
+        assert a.seen() + b.seen(binlog_pb2.Rollback) == 0
+
+
+def test_async_commits_retry_in_the_background_and_close_waits_for_them(
+    scripted: Callable[[str], ScriptedPump], etcd_server: EtcdProcess
+) -> None:
+    a = scripted("a")
+    failures = [2]
+
+    def script(binlog: binlog_pb2.Binlog) -> tuple[grpc.StatusCode, str] | None:
+        if binlog.tp == binlog_pb2.Commit and failures[0] > 0:
+            failures[0] -= 1
+            return UNAVAILABLE
+        return None
+
+    a.script = script
+    client = PumpsClient(etcd_server.url, retry_interval=0.02)
+    client.write_binlog(prewrite(5))
+    client.write_binlog(prewrite(7))
+    first = client.write_binlog_async(commit(5, 6))
+    assert first.result(timeout=10) is None
+    assert a.seen(binlog_pb2.Commit, 5) == 3
+    a.script = lambda binlog: INTERNAL
+    second = client.write_binlog_async(commit(7, 8))
+    started = time.monotonic()
+    client.close(timeout=0.5)  # waits 0.5 s for it, then abandons it
+    assert 0.4 <= time.monotonic() - started < 10
+    assert second.done()
+    assert second.result() is None
+    assert client.metrics.given_up(COMMIT) == 1
+    client.close()  # idempotent
+    with pytest.raises(PumpClientError, match="closed"):
+        client.write_binlog(prewrite(9))
+
+
+def test_overflowing_start_ts_map_drops_the_oldest_commit(
+    scripted: Callable[[str], ScriptedPump], etcd_server: EtcdProcess
+) -> None:
+    a = scripted("a")
+    with PumpsClient(etcd_server.url, max_tracked_txns=2) as client:
+        for ts in (1, 2, 3):
+            client.write_binlog(prewrite(ts))
+        assert client.tracked_txns == 2
+        for ts in (1, 2, 3):
+            client.write_binlog(commit(ts, ts + 10))
+        assert [a.seen(binlog_pb2.Commit, ts) for ts in (1, 2, 3)] == [0, 1, 1]
+        assert client.metrics.given_up(COMMIT) == 1
+
+
+def test_prober_and_watch_bring_pumps_in_and_out(
+    scripted: Callable[[str], ScriptedPump], etcd_server: EtcdProcess
+) -> None:
+    a = scripted("a")
+    a.script = lambda binlog: UNAVAILABLE
+    with PumpsClient(etcd_server.url, probe_interval=0.1, max_err_nums=0, write_timeout=0.2, retry_interval=0.01) as c:
+        with pytest.raises(PumpClientError):
+            c.write_binlog(prewrite(1))
+        assert info(c, "a") == (NodeState.ONLINE, False)
+        wait_for(lambda: a.probes() >= 2, DEADLINE, "probes of the unavailable pump")
+        a.script = lambda binlog: None
+        wait_for(lambda: info(c, "a") == (NodeState.ONLINE, True), DEADLINE, "the probe to bring the pump back")
+
+        b = scripted("b")  # a pump registered later is picked up by the watch
+        wait_for(lambda: [p.node_id for p in c.pumps()] == ["a", "b"], DEADLINE, "the new pump")
+        a.publish(NodeState.PAUSED)
+        wait_for(lambda: info(c, "a") == (NodeState.PAUSED, False), DEADLINE, "pump a paused")
+        for ts in range(10, 20):
+            c.write_binlog(prewrite(ts))
+        assert b.seen(binlog_pb2.Prewrite) == 10
+        assert a.seen(binlog_pb2.Prewrite) == 2  # only the failed prewrite: in the loop and the last resort
+        probes = a.probes()
+        assert c.probe_once() == []  # a paused pump is not probed
+        assert a.probes() == probes
+
+
+def test_score_strategy_follows_published_scores(
+    scripted: Callable[[str], ScriptedPump], etcd_server: EtcdProcess
+) -> None:
+    a, b = scripted("a"), scripted("b")
+    a.publish(NodeState.ONLINE, score=100)
+    b.publish(NodeState.ONLINE, score=0)
+    with PumpsClient(etcd_server.url, strategy="score") as client:
+        for ts in range(1, 201):
+            client.write_binlog(prewrite(ts))
+        assert b.seen(binlog_pb2.Prewrite) <= 2  # weight 0.01 against 100: expected 0.02
+        b.publish(NodeState.ONLINE, score=100)
+        a.publish(NodeState.ONLINE, score=1)
+        wait_for(lambda: [p.score for p in client.pumps()] == [1, 100], DEADLINE, "new scores")
+        for ts in range(1000, 1200):
+            client.write_binlog(prewrite(ts))
+        assert b.seen(binlog_pb2.Prewrite) >= 180
