@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
+from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
@@ -70,7 +71,7 @@ def commit_transaction(txn: Transaction) -> int:
     return commit_ts
 
 
-def _check_schema(txn: Transaction, entries: list[Entry]) -> None:
+def _check_schema(txn: Transaction, entries: Sequence[Entry]) -> None:
     schema = txn.db.schema
     for e in entries:
         ref = schema.table_by_id(e.ref.table.id)
@@ -80,7 +81,7 @@ def _check_schema(txn: Transaction, entries: list[Entry]) -> None:
             )
 
 
-def _prewrite(txn: Transaction, entries: list[Entry]) -> None:
+def _prewrite(txn: Transaction, entries: Sequence[Entry]) -> None:
     """Lock, verify and apply every written row on the transaction's session (transaction left open)."""
     s = txn.session
     for e in sorted(entries, key=lambda x: (x.ref.table.id, x.handle)):
@@ -99,7 +100,7 @@ def _prewrite(txn: Transaction, entries: list[Entry]) -> None:
             s.update_row(db, t, e.handle, e.current)
 
 
-def _commit_plain(txn: Transaction, entries: list[Entry]) -> int:
+def _commit_plain(txn: Transaction, entries: Sequence[Entry]) -> int:
     s = txn.session
     s.begin()
     try:
@@ -112,7 +113,7 @@ def _commit_plain(txn: Transaction, entries: list[Entry]) -> int:
     return commit_ts
 
 
-def _p_binlog(txn: Transaction, entries: list[Entry]) -> binlog_pb2.Binlog:
+def _p_binlog(txn: Transaction, entries: Sequence[Entry]) -> binlog_pb2.Binlog:
     first = entries[0]
     pv = txn.mutations.prewrite_value(txn.db.schema.version)
     return binlog_pb2.Binlog(
@@ -123,14 +124,19 @@ def _p_binlog(txn: Transaction, entries: list[Entry]) -> binlog_pb2.Binlog:
     )
 
 
-def _commit_with_binlog(txn: Transaction, entries: list[Entry]) -> int:
+def _commit_with_binlog(txn: Transaction, entries: Sequence[Entry]) -> int:
     db = txn.db
     s = txn.session
     p = _p_binlog(txn, entries)
     ttl_ms = db.lock_ttl_ms(txn.mutations.size)
     sent: Future[None]
     if db.store.parallel_status:
-        sent = db.submit_prewrite(lambda: (db.status_begin(txn.start_ts, ttl_ms), db.client_write(p))[1])
+
+        def status_then_binlog() -> None:
+            db.status_begin(txn.start_ts, ttl_ms)
+            db.client_write(p)
+
+        sent = db.submit_prewrite(status_then_binlog)
     else:
         db.status.begin_pending(s.conn, txn.start_ts, ttl_ms)
         sent = db.submit_prewrite(lambda: db.client_write(p))
@@ -169,7 +175,8 @@ def _abort(txn: Transaction, p: binlog_pb2.Binlog, cause: BaseException) -> None
     db = txn.db
     log.info("start_ts=%s rolled back: %s", txn.start_ts, cause)
     try:
-        txn.session.rollback()
+        if txn.session.in_txn:
+            txn.session.rollback()
     except StoreError as exc:
         log.warning("start_ts=%s storage rollback failed: %s", txn.start_ts, exc)
     db.status_rollback(txn.start_ts)

@@ -21,10 +21,9 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from common.schema.types import check_value, default_value
-
 from common.schema.infoschema import TableRef
 from common.schema.model import ColumnInfo, SchemaError, TableInfo
+from common.schema.types import check_value, default_value
 from upstream.errors import DuplicateKeyError, TxnClosedError
 from upstream.mutation import MutationLog
 from upstream.store.base import Row, Session
@@ -69,11 +68,13 @@ class Transaction:
     # ------------------------------------------------------------------ public API
     def get(self, table: str, key: Any) -> dict[str, Any] | None:
         """The row with this key as this transaction sees it, or None."""
-        return self._guard(self._get, table, key)
+        row: dict[str, Any] | None = self._guard(self._get, table, key)
+        return row
 
     def insert(self, table: str, row: Mapping[str, Any]) -> int:
         """Insert a row (missing columns take their default); returns its handle."""
-        return self._guard(self._insert, table, row)
+        handle: int = self._guard(self._insert, table, row)
+        return handle
 
     def update(self, table: str, key: Any, changes: Mapping[str, Any]) -> None:
         """Change some columns of the row with this key (KeyError-like WriterError if missing)."""

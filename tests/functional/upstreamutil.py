@@ -22,7 +22,9 @@ from tools.localcluster import PumpProcess
 Model = dict[tuple[int, int], dict[str, Any]]
 
 
-def pull_merged(pumps: Sequence[PumpProcess], cluster_id: int, upto: int, timeout: float = 60) -> list[binlog_pb2.Binlog]:
+def pull_merged(
+    pumps: Sequence[PumpProcess], cluster_id: int, upto: int, timeout: float = 60
+) -> list[binlog_pb2.Binlog]:
     """Every commit binlog (fake ones dropped) with commit_ts <= upto from all pumps, by commit_ts.
 
     Each pump's stream is read until it passes `upto` (fake binlogs guarantee it does)."""

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from common.codec import EXTRA_HANDLE_ID, decode_deleted_row, decode_inserted_row, decode_updated_row, unflatten
+from collections.abc import Mapping
+
+from common.codec import EXTRA_HANDLE_ID, Datum, decode_deleted_row, decode_inserted_row, decode_updated_row, unflatten
 from common.codec.flatten import ColumnType, MySQLType
 from common.pb import binlog_pb2
 from common.pb.gogo import marshal_prewrite_value
@@ -35,7 +37,7 @@ def rowid_table() -> TableInfo:
     return TableInfo(46, "u", (ColumnInfo(1, "name", 0, "varchar(10)", VARCHAR),), max_column_id=1)
 
 
-def values(t: TableInfo, row: dict[int, object]) -> dict[str, object]:
+def values(t: TableInfo, row: Mapping[int, Datum]) -> dict[str, object]:
     by_id = {c.id: c for c in t.columns}
     return {by_id[cid].lname: unflatten(d, by_id[cid].ctype) for cid, d in row.items() if cid in by_id}
 
@@ -66,16 +68,19 @@ def test_seed_sequence_insert_insert_update_update_delete_insert() -> None:
     # inserted: handle datum, then every column but the handle column; NULL with NULL default left out,
     # NULL of a column with a non-NULL default kept
     handle, row = decode_inserted_row(tm.inserted_rows[0])
-    assert handle[0].value == 1 and values(t, row) == {"name": "a", "note": "x"}
+    assert handle[0].value == 1
+    assert values(t, row) == {"name": "a", "note": "x"}
     _, row2 = decode_inserted_row(tm.inserted_rows[1])
     assert values(t, row2) == {"name": "b", "note": None}
     _, row3 = decode_inserted_row(tm.inserted_rows[2])
     assert values(t, row3) == {"note": "z"}
     old, new = decode_updated_row(tm.updated_rows[0])
-    assert values(t, old) == r[1] and values(t, new) == {**r[1], "name": "a2"}
+    assert values(t, old) == r[1]
+    assert values(t, new) == {**r[1], "name": "a2"}
     assert values(t, decode_deleted_row(tm.deleted_rows[0])) == {**r[1], "name": "a2"}
     assert binlog_pb2.PrewriteValue.FromString(marshal_prewrite_value(pv)) == pv
-    assert m.size > 0 and bool(m)
+    assert m.size > 0
+    assert bool(m)
 
 
 def test_rowid_table_carries_extra_handle_in_updates_and_deletes() -> None:
@@ -86,9 +91,11 @@ def test_rowid_table_carries_extra_handle_in_updates_and_deletes() -> None:
     m.delete(t, 9, {"name": "b"})
     (tm,) = m.prewrite_value(1).mutations
     handle, row = decode_inserted_row(tm.inserted_rows[0])
-    assert handle[0].value == 9 and values(t, row) == {"name": "a"}
+    assert handle[0].value == 9
+    assert values(t, row) == {"name": "a"}
     old, new = decode_updated_row(tm.updated_rows[0])
-    assert old[EXTRA_HANDLE_ID].value == 9 and new[EXTRA_HANDLE_ID].value == 9
+    assert old[EXTRA_HANDLE_ID].value == 9
+    assert new[EXTRA_HANDLE_ID].value == 9
     assert decode_deleted_row(tm.deleted_rows[0])[EXTRA_HANDLE_ID].value == 9
 
 
@@ -103,5 +110,7 @@ def test_unsigned_handle_is_its_int64_bit_pattern() -> None:
 
 def test_prewrite_key_shape() -> None:
     k = prewrite_key(45, 7)
-    assert k[:1] == b"t" and k[9:11] == b"_r" and len(k) == 19
+    assert k[:1] == b"t"
+    assert k[9:11] == b"_r"
+    assert len(k) == 19
     assert prewrite_key(45, 7) < prewrite_key(45, 8) < prewrite_key(46, -5)

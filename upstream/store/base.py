@@ -55,6 +55,10 @@ class Dialect(abc.ABC):
     @abc.abstractmethod
     def from_store(self, col: ColumnInfo, raw: Any) -> Any: ...
 
+    def select_expr(self, col: ColumnInfo) -> str:
+        """How to read a column back exactly (a plain quoted name unless the engine needs help)."""
+        return self.quote(col.name)
+
     @abc.abstractmethod
     def handle_decl(self) -> str:
         """Declaration of the hidden handle column."""
@@ -166,16 +170,35 @@ class Session(abc.ABC):
     def close(self) -> None:
         self.conn.close()
 
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+    def _run(self, sql: str, params: Sequence[Any], fetch: Callable[[Any], Any]) -> Any:
+        """Run one statement and fetch from it; the cursor is closed before returning, always.
+
+        A cursor left to the garbage collector is dangerous with sqlite: the collector may run
+        in another thread and block on this connection's mutex while this connection waits
+        for the write lock (e.g. in a prewrite thread that the lock holder is waiting for).
+        An open cursor also pins sqlite's read snapshot."""
         cur = self.conn.cursor()
         try:
             cur.execute(sql, tuple(params))
+            return fetch(cur)
         except Exception as exc:
             mapped = self._translate(exc)
             if mapped is None:
                 raise
             raise mapped from exc
-        return cur
+        finally:
+            cur.close()
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+        self._run(sql, params, lambda cur: None)
+
+    def query_one(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        """The first row of a query, or None."""
+        return self._run(sql, params, lambda cur: cur.fetchone())
+
+    def query_all(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        rows: list[Any] = self._run(sql, params, lambda cur: cur.fetchall())
+        return rows
 
     # -------------------------------------------------------------- rows
     def _sql(self, kind: str, db: str, t: TableInfo, build: Callable[[str, str, list[str]], str]) -> str:
@@ -193,8 +216,9 @@ class Session(abc.ABC):
         ph = self.dialect.placeholder
         suffix = " FOR UPDATE" if lock and self.supports_for_update else ""
         kind = "get-lock" if suffix else "get"
-        sql = self._sql(kind, db, t, lambda tbl, key, cols: f"SELECT {', '.join(cols)} FROM {tbl} WHERE {key} = {ph}")
-        row = self.execute(sql + suffix, (self._handle_param(t, handle),)).fetchone()
+        exprs = ", ".join(self.dialect.select_expr(c) for c in t.columns)
+        sql = self._sql(kind, db, t, lambda tbl, key, cols: f"SELECT {exprs} FROM {tbl} WHERE {key} = {ph}")
+        row = self.query_one(sql + suffix, (self._handle_param(t, handle),))
         if row is None:
             return None
         d = self.dialect
@@ -206,7 +230,7 @@ class Session(abc.ABC):
         ph = d.placeholder
         where = " AND ".join(f"{d.quote(c.name)} = {ph}" for c in columns)
         sql = f"SELECT {d.quote(d.key_column(t))} FROM {d.table(db, t.name)} WHERE {where}"
-        row = self.execute(sql, [d.to_store(c, v) for c, v in zip(columns, values, strict=True)]).fetchone()
+        row = self.query_one(sql, [d.to_store(c, v) for c, v in zip(columns, values, strict=True)])
         if row is None:
             return None
         h = t.handle_column
@@ -289,9 +313,8 @@ class Store(abc.ABC):
         s = self.session()
         try:
             key = d.quote(d.key_column(t))
-            cols = ", ".join([key] + [d.quote(c.name) for c in t.columns])
-            cur = s.execute(f"SELECT {cols} FROM {d.table(db, t.name)} ORDER BY {key}")
-            for raw in cur.fetchall():
+            cols = ", ".join([key] + [d.select_expr(c) for c in t.columns])
+            for raw in s.query_all(f"SELECT {cols} FROM {d.table(db, t.name)} ORDER BY {key}"):
                 row = {c.lname: d.from_store(c, v) for c, v in zip(t.columns, raw[1:], strict=True)}
                 h = raw[0] if t.handle_column is None else row[t.handle_column.lname]
                 yield int(h), row

@@ -52,12 +52,15 @@ class MySQLDialect(Dialect):
     def from_store(self, col: ColumnInfo, raw: Any) -> Any:
         return values.from_mysql(col, raw)
 
+    def select_expr(self, col: ColumnInfo) -> str:
+        return values.mysql_select_expr(col)
+
     def handle_decl(self) -> str:
         return f"{self.quote(HIDDEN_HANDLE)} BIGINT NOT NULL PRIMARY KEY"
 
     def create_table_sql(self, db: str, t: Any) -> list[str]:
         stmts = super().create_table_sql(db, t)
-        return [stmts[0] + " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4", *stmts[1:]]
+        return [stmts[0] + " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin", *stmts[1:]]
 
     def drop_index_sql(self, db: str, table: str, name: str) -> str:
         return f"DROP INDEX {self.quote(name)} ON {self.table(db, table)}"

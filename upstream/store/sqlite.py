@@ -16,7 +16,7 @@ from typing import Any
 from common.schema.infoschema import InfoSchema
 from common.schema.model import HIDDEN_HANDLE, ColumnInfo, Job, JobType
 from upstream.store import values
-from upstream.store.base import Dialect, DuplicateKeyError, Session, Store, StoreError
+from upstream.store.base import Dialect, DuplicateKeyError, LockConflictError, Session, Store, StoreError
 
 BUSY_TIMEOUT = 30.0
 
@@ -63,6 +63,8 @@ def _translate(exc: BaseException) -> BaseException | None:
         if "UNIQUE" in text or "PRIMARY KEY" in text:
             return DuplicateKeyError(f"duplicate key: {text}")
         return StoreError(f"constraint violated: {text}")
+    if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+        return LockConflictError(f"sqlite: {exc} (waited {BUSY_TIMEOUT:.0f}s for the write lock)")
     if isinstance(exc, sqlite3.Error):
         return StoreError(f"sqlite: {exc}")
     return None
