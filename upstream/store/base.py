@@ -142,7 +142,7 @@ class Session(abc.ABC):
         self.dialect = dialect
         self.conn = conn
         self._translate = translate
-        self._sql_cache: dict[tuple[str, int, str], str] = {}
+        self._sql_cache: dict[tuple[object, ...], str] = {}
         self.in_txn = False
 
     # -------------------------------------------------------------- transaction
@@ -202,7 +202,7 @@ class Session(abc.ABC):
 
     # -------------------------------------------------------------- rows
     def _sql(self, kind: str, db: str, t: TableInfo, build: Callable[[str, str, list[str]], str]) -> str:
-        key = (kind, t.id, db)
+        key = (kind, db, t.name, t.id, t.max_column_id, len(t.columns))  # changes with every column job
         sql = self._sql_cache.get(key)
         if sql is None or len(self._sql_cache) > 4096:
             d = self.dialect
