@@ -523,3 +523,29 @@ def test_every_ddl_reaches_store_history_and_binlog(
     assert other.schema.version == db.schema.version
     other.create_table("b", "w", [Column("id", "INT")], primary_key=["id"])
     wait_for(lambda: db.schema.has_table("b", "w"), 10, "the first writer to see the other's DDL")
+
+
+def test_readme_writer_example_runs(
+    tmp_path: Path, etcd_server: EtcdProcess, cluster_id: int, tso_client: TSOClient, request: pytest.FixtureRequest
+) -> None:
+    import re
+
+    pumps = start_pumps(tmp_path, etcd_server, request, 1)
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    blocks = [b for b in re.findall(r"```py\n(.*?)```", readme, re.DOTALL) if "Database(" in b]
+    assert len(blocks) == 1
+    store = f"sqlite:///{tmp_path / 'upstream.db'}"
+    code = (
+        blocks[0]
+        .replace('"http://127.0.0.1:2379"', repr(etcd_server.url))
+        .replace('"sqlite:///upstream.db"', repr(store))
+    )
+    exec(compile(code, "README.md upstream writer example", "exec"), {})
+    with Database(etcd_server.url, store) as db:
+        rows = dict(db.rows("bank", "accounts"))
+    assert rows == {
+        1: {"id": 1, "balance": Decimal("90.00"), "note": None},
+        2: {"id": 2, "balance": Decimal("10.00"), "note": None},
+    }
+    pulled = pull_merged(pumps, cluster_id, tso_client.get_ts())
+    assert len([b for b in pulled if not b.ddl_job_id]) == 2
