@@ -17,8 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from common.schema.types import check_value, default_literal, is_integer_type, parse_type
-
+from common.schema.defaults import default_literal
 from common.schema.infoschema import InfoSchema
 from common.schema.model import (
     HIDDEN_HANDLE,
@@ -30,6 +29,7 @@ from common.schema.model import (
     SchemaError,
     TableInfo,
 )
+from common.schema.types import check_value, is_integer_type, parse_type
 
 NO_DEFAULT: object = object()
 """Marker: the column has no DEFAULT clause."""

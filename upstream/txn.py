@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
+from common.schema.defaults import default_value
 from common.schema.infoschema import TableRef
 from common.schema.model import ColumnInfo, SchemaError, TableInfo
-from common.schema.types import check_value, default_value
+from common.schema.types import check_value
 from upstream.errors import DuplicateKeyError, TxnClosedError
 from upstream.mutation import MutationLog
 from upstream.store.base import Row, Session

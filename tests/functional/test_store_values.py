@@ -19,16 +19,9 @@ import pymysql
 import pytest
 
 from common.codec import MySQLType, decode_row, encode_row, flatten, unflatten
+from common.schema.defaults import default_literal, default_value
 from common.schema.model import ColumnInfo
-from common.schema.types import (
-    TIME_MAX,
-    TIMESTAMP_MAX,
-    TIMESTAMP_MIN,
-    check_value,
-    default_literal,
-    default_value,
-    parse_type,
-)
+from common.schema.types import TIME_MAX, TIMESTAMP_MAX, TIMESTAMP_MIN, check_value, parse_type
 from tests.harness.mysql import MySQLDSN
 from upstream.store.values import (
     from_mysql,

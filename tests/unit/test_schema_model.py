@@ -117,7 +117,8 @@ def test_table_rules() -> None:
             pk_is_handle=True,
         )
     t = table()
-    assert t.handle_column is not None and t.handle_column.name == "id"
+    assert t.handle_column is not None
+    assert t.handle_column.name == "id"
     assert t.column("ID").id == 1
     with pytest.raises(SchemaError, match="no column 'x'"):
         t.column("x")
@@ -135,24 +136,31 @@ def test_table_at_version_keeps_old_layouts() -> None:
     s = _history()
     assert s.table_at(10, 1) is None
     v2 = s.table_at(10, 2)
-    assert v2 is not None and len(v2.columns) == 2
+    assert v2 is not None
+    assert len(v2.columns) == 2
     v3 = s.table_at(10, 3)
-    assert v3 is not None and len(v3.columns) == 3
+    assert v3 is not None
+    assert len(v3.columns) == 3
     assert s.table_at(10, 100) == v3
     s.apply(job(5, JobType.DROP_TABLE, 4, table(extra=1)))
-    assert s.table_at(10, 4) is None and s.table_at(10, 3) == v3
+    assert s.table_at(10, 4) is None
+    assert s.table_at(10, 3) == v3
     assert not s.has_table("d", "t")
 
 
 def test_truncate_rename_drop_schema() -> None:
     s = _history()
     s.apply(job(5, JobType.TRUNCATE_TABLE, 4, table(tid=11, extra=1), table_id=10))
-    assert s.table("d", "t").id == 11 and s.table_by_id(10) is None
+    assert s.table("d", "t").id == 11
+    assert s.table_by_id(10) is None
     s.apply(job(6, JobType.RENAME_TABLE, 5, table(tid=11, name="u", extra=1)))
-    assert s.has_table("d", "u") and not s.has_table("d", "t")
+    assert s.has_table("d", "u")
+    assert not s.has_table("d", "t")
     s.apply(job(7, JobType.DROP_SCHEMA, 6, db=DBInfo(2, "d")))
-    assert not s.has_db("d") and s.tables() == []
-    assert s.table_at(11, 5) is not None and s.table_at(11, 6) is None
+    assert not s.has_db("d")
+    assert s.tables() == []
+    assert s.table_at(11, 5) is not None
+    assert s.table_at(11, 6) is None
 
 
 def test_jobs_that_do_not_fit_are_refused() -> None:
@@ -182,7 +190,9 @@ def test_from_jobs_upto_version_and_copy_is_independent() -> None:
         job(3, JobType.CREATE_TABLE, 2, table()),
     ]
     at2 = InfoSchema.from_jobs(jobs, upto_version=2)
-    assert at2.version == 2 and len(at2.table("d", "t").columns) == 2
+    assert at2.version == 2
+    assert len(at2.table("d", "t").columns) == 2
     c = s.copy()
     c.apply(job(5, JobType.DROP_TABLE, 4, table(extra=1)))
-    assert s.has_table("d", "t") and not c.has_table("d", "t")
+    assert s.has_table("d", "t")
+    assert not c.has_table("d", "t")

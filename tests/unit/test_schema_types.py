@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from common.codec import ColumnType, MySQLType, decode_row, encode_row, flatten, to_float32, unflatten
+from common.schema.defaults import default_literal, default_value
 from common.schema.model import ColumnInfo, SchemaError
 from common.schema.types import (
     TIME_MAX,
@@ -19,8 +20,6 @@ from common.schema.types import (
     ValueCheckError,
     check_type_value,
     check_value,
-    default_literal,
-    default_value,
     is_integer_type,
     parse_type,
 )

@@ -76,16 +76,9 @@ from common.codec.flatten import ColumnType, MySQLType, to_float32
 from common.codec.json_binary import JsonValue, json_to_text, parse_json_text
 from common.codec.mytime import format_duration, format_time
 from common.errors import CodecError
+from common.schema.defaults import default_literal, default_value, parse_date_text, parse_datetime_text, parse_time_text
 from common.schema.model import ColumnInfo
-from common.schema.types import (
-    ValueCheckError,
-    check_type_value,
-    default_literal,
-    default_value,
-    parse_date_text,
-    parse_datetime_text,
-    parse_time_text,
-)
+from common.schema.types import ValueCheckError, check_type_value
 
 __all__ = [
     "SqliteValue",
