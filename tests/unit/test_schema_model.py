@@ -173,7 +173,7 @@ def test_jobs_that_do_not_fit_are_refused() -> None:
         s.apply(job(9, JobType.DROP_TABLE, 4, table(tid=99)))
     with pytest.raises(SchemaError, match="unknown database id"):
         s.apply(Job(9, JobType.CREATE_TABLE, 5, "x", 13, "t", 4, "q", table=table(tid=13)))
-    with pytest.raises(SchemaError, match="unknown table d.nope"):
+    with pytest.raises(SchemaError, match=r"unknown table d\.nope"):
         s.table("d", "nope")
     with pytest.raises(SchemaError, match="unknown database 'zz'"):
         s.table("zz", "t")
