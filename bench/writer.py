@@ -1,0 +1,267 @@
+"""Benchmark of the upstream writer: committed txn/s and commit latency with binlog on versus off.
+
+A private etcd, pd-server and ``--pumps`` pumps (``sync-log = true``: every binlog is
+fdatasync'd) run as processes in a temp dir.  The store is the MariaDB/MySQL at ``--mysql``
+(default ``root@127.0.0.1:3306``) in a fresh database, dropped at the end, or with
+``--store sqlite`` an sqlite file in the temp dir.
+
+The workload is ``sysbench`` (``upstream.workloads.sysbench``): ``--tables`` tables of
+``--table-size`` rows, ``--rows-per-txn`` operations per transaction (index update, non-index
+update, delete, insert), rows of about 200 bytes.  Two ``Database`` objects share the store
+and the tables: one with binlog (prewrite binlog to a pump in parallel with the storage
+prewrite, asynchronous commit binlog), one without.  For each thread count in ``--threads``
+(default 1 and 8: latency without and with CPU contention), each run measures both modes for
+``--duration`` seconds, in alternating order; a warm-up of each comes first.
+
+Commit latency is the time of ``Transaction.commit()`` of committed transactions (the reads
+before it are the same with and without binlog).  Reported: per mode the medians over runs of
+txn/s and of p50 / p99; ``ratio_txn_per_s`` = on / off; ``added_latency_p50_pct`` =
+(p50 on / p50 off - 1) * 100 (target: below 20), same for p99; the top-level values are those
+of the largest thread count, ``target_met`` needs every count to pass.  The workload's invariant check
+runs at the end.  One JSON object goes to stdout, progress to stderr; exit status 1 if a
+process died, a check failed or a run committed nothing.
+
+Usage: ``python bench/writer.py [--store mysql|sqlite] [--threads 1,8] [--duration S] [--runs N] [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pymysql
+from _pumpbench import TempDir, env_info, install_sigterm, log, median
+
+from tools.localcluster import EtcdProcess, PDProcess, PumpProcess
+from upstream.database import Database
+from upstream.workloads import WorkloadOptions, runner
+from upstream.workloads.sysbench import SysbenchWorkload
+
+TARGET_ADDED_P50_PCT = 20.0
+PUMP_ARGS = ["--storage.sync-log", "true", "--heartbeat-interval", "1"]
+
+
+def _mysql_parts(text: str) -> tuple[str, int, str, str]:
+    user_pw, _, hostport = text.rpartition("@")
+    user, _, password = (user_pw or "root").partition(":")
+    host, _, port = hostport.partition(":")
+    return host or "127.0.0.1", int(port or 3306), user or "root", password
+
+
+class MySQLDatabase:
+    """A fresh database on the server (the txn-status table lives there); its tables in ``<name>_*``."""
+
+    def __init__(self, server: str) -> None:
+        self.host, self.port, self.user, self.password = _mysql_parts(server)
+        self.name = f"bench_writer_{uuid.uuid4().hex[:8]}"
+        self.prefix = self.name + "_"
+
+    def _connect(self) -> pymysql.connections.Connection[Any]:
+        return pymysql.connect(
+            host=self.host, port=self.port, user=self.user, password=self.password, autocommit=True, connect_timeout=5
+        )
+
+    @property
+    def dsn(self) -> str:
+        auth = self.user + (f":{self.password}" if self.password else "")
+        return f"mysql://{auth}@{self.host}:{self.port}/{self.name}"
+
+    def create(self) -> None:
+        conn = self._connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(f"CREATE DATABASE `{self.name}`")
+        finally:
+            conn.close()
+
+    def drop(self) -> None:
+        conn = self._connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SHOW DATABASES")
+                names = [r[0] for r in cur.fetchall() if r[0] == self.name or str(r[0]).startswith(self.prefix)]
+                for n in names:
+                    cur.execute(f"DROP DATABASE `{n}`")
+        finally:
+            conn.close()
+
+
+def measure(db: Database, wl: SysbenchWorkload, threads: int, duration: float, seed: int) -> dict[str, Any]:
+    r = runner.run(db, wl, threads=threads, seed=seed, duration=duration)
+    s = r.summary()
+    if r.crashed:
+        raise RuntimeError(f"workload thread crashed: {r.crashed[0]}")
+    return {
+        "txn_per_s": s["txn_per_s"],
+        "committed": s["committed"],
+        "failed": s["failed"],
+        "retried": s["retried"],
+        "p50_ms": s["commit_latency_ms"]["p50"],
+        "p99_ms": s["commit_latency_ms"]["p99"],
+        "errors": s["errors"],
+    }
+
+
+def mode_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "txn_per_s": round(median([r["txn_per_s"] for r in runs]), 1),
+        "p50_ms": round(median([r["p50_ms"] for r in runs if r["p50_ms"] is not None]), 3),
+        "p99_ms": round(median([r["p99_ms"] for r in runs if r["p99_ms"] is not None]), 3),
+        "runs": runs,
+    }
+
+
+def run_config(
+    args: argparse.Namespace, modes: dict[str, Database], wl: SysbenchWorkload, threads: int, errors: list[str]
+) -> dict[str, Any]:
+    """``args.runs`` runs of each mode at ``threads`` threads, in alternating order; medians and ratios."""
+    results: dict[str, list[dict[str, Any]]] = {name: [] for name in modes}
+    for run in range(args.runs):
+        order = list(modes) if run % 2 == 0 else list(reversed(modes))
+        for name in order:
+            r = measure(modes[name], wl, threads, args.duration, seed=run + 1)
+            if not r["committed"]:
+                errors.append(f"{threads} threads, run {run + 1} {name}: nothing committed: {r['errors']}")
+            results[name].append(r)
+            log(
+                f"{threads} threads, run {run + 1}/{args.runs} {name}: {r['txn_per_s']:.0f} txn/s, "
+                f"commit p50 {r['p50_ms']} ms p99 {r['p99_ms']} ms, {r['failed']} failed, {r['retried']} retries"
+            )
+    on, off = mode_summary(results["binlog_on"]), mode_summary(results["binlog_off"])
+    added_p50 = (on["p50_ms"] / off["p50_ms"] - 1) * 100
+    return {
+        "threads": threads,
+        "binlog_off": off,
+        "binlog_on": on,
+        "ratio_txn_per_s": round(on["txn_per_s"] / off["txn_per_s"], 3),
+        "added_latency_p50_pct": round(added_p50, 1),
+        "added_latency_p99_pct": round((on["p99_ms"] / off["p99_ms"] - 1) * 100, 1),
+        "target_met": added_p50 < TARGET_ADDED_P50_PCT,
+    }
+
+
+def _thread_counts(text: str) -> list[int]:
+    counts = sorted({int(x) for x in text.split(",") if x.strip()})
+    if not counts or counts[0] < 1:
+        raise argparse.ArgumentTypeError("thread counts must be >= 1")
+    return counts
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0] if __doc__ else None)
+    ap.add_argument("--store", choices=("mysql", "sqlite"), default="mysql", help="default mysql")
+    ap.add_argument("--mysql", default="root@127.0.0.1:3306", help="user[:password]@host:port of the server")
+    ap.add_argument(
+        "--threads", type=_thread_counts, default=[1, 8], help="writer threads, comma-separated (default 1,8)"
+    )
+    ap.add_argument("--duration", type=float, default=10.0, help="seconds per measurement (default 10)")
+    ap.add_argument("--runs", type=int, default=3, help="runs of each mode; medians are reported (default 3)")
+    ap.add_argument("--pumps", type=int, default=2, help="pumps (default 2)")
+    ap.add_argument("--tables", type=int, default=4, help="sysbench tables (default 4)")
+    ap.add_argument("--table-size", type=int, default=10_000, help="rows per table (default 10000)")
+    ap.add_argument("--rows-per-txn", type=int, default=4, help="operations per transaction (default 4)")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 1 run of 2 s, small tables")
+    ap.add_argument("--keep", action="store_true", help="keep the temp dir (data and logs)")
+    args = ap.parse_args()
+    if args.quick:
+        args.duration, args.runs, args.table_size = 2.0, 1, 1000
+    install_sigterm()
+    began = time.monotonic()
+    tmp = TempDir(args.keep, "bench-writer-")
+    base = Path(tmp.path)
+    etcd = EtcdProcess(base)
+    pd = PDProcess(base, etcd.url)
+    pumps = [PumpProcess(base, etcd.url, name=f"pump{i}", extra_args=PUMP_ARGS) for i in range(args.pumps)]
+    mysql = MySQLDatabase(args.mysql) if args.store == "mysql" else None
+    out: dict[str, Any] = {"bench": "writer", **env_info()}
+    errors: list[str] = []
+    dbs: list[Database] = []
+    try:
+        log(f"starting etcd, pd-server and {args.pumps} pumps under {base}")
+        etcd.start()
+        pd.start()
+        for p in pumps:
+            p.start()
+        if mysql is not None:
+            mysql.create()
+            store, prefix = mysql.dsn, mysql.prefix
+        else:
+            store, prefix = f"sqlite:///{base / 'upstream.db'}", ""
+        on = Database(etcd.url, store, binlog=True, mysql_db_prefix=prefix)
+        dbs.append(on)
+        off = Database(etcd.url, store, binlog=False, mysql_db_prefix=prefix)
+        dbs.append(off)
+        options = WorkloadOptions(tables=args.tables, table_size=args.table_size, rows_per_txn=args.rows_per_txn)
+        wl = SysbenchWorkload(options)
+        log(f"loading {args.tables} tables of {args.table_size} rows into {store}")
+        wl.setup(on)
+        modes = {"binlog_on": on, "binlog_off": off}
+        for name, db in modes.items():
+            w = measure(db, wl, max(args.threads), min(2.0, args.duration), seed=0)
+            log(f"warm-up {name}: {w['txn_per_s']:.0f} txn/s")
+        configs = [run_config(args, modes, wl, threads, errors) for threads in args.threads]
+        problems = wl.check(on)
+        errors += problems
+        dead = [p.name for p in (etcd.process, pd.process, *(p.process for p in pumps)) if not p.alive]
+        if dead:
+            errors.append(f"processes died: {dead}")
+        loaded = configs[-1]
+        out.update(
+            {
+                "store": "mysql" if mysql is not None else "sqlite",
+                "duration_s": args.duration,
+                "runs": args.runs,
+                "pumps": args.pumps,
+                "pump_args": PUMP_ARGS,
+                "tables": args.tables,
+                "table_size": args.table_size,
+                "rows_per_txn": args.rows_per_txn,
+                "row_size": wl.layout.row_size,
+                "configurations": configs,
+                "threads": loaded["threads"],
+                "ratio_txn_per_s": loaded["ratio_txn_per_s"],
+                "added_latency_p50_pct": loaded["added_latency_p50_pct"],
+                "added_latency_p99_pct": loaded["added_latency_p99_pct"],
+                "target_added_latency_p50_pct": TARGET_ADDED_P50_PCT,
+                "target_met": all(c["target_met"] for c in configs),
+                "check": problems,
+            }
+        )
+    except KeyboardInterrupt:
+        log("interrupted: stopping processes")
+        return 130
+    finally:
+        for db in dbs:
+            with contextlib.suppress(Exception):
+                db.close()
+        for stop in (*(p.stop for p in pumps), pd.stop, etcd.stop):
+            with contextlib.suppress(Exception):
+                stop()
+        if mysql is not None:
+            with contextlib.suppress(Exception):
+                mysql.drop()
+        tmp.cleanup()
+    out["errors"] = errors[:20]
+    out["ok"] = not errors
+    out["total_s"] = round(time.monotonic() - began, 1)
+    for c in out.get("configurations", []):
+        log(
+            f"{c['threads']} threads: binlog adds {c['added_latency_p50_pct']}% to p50 commit latency "
+            f"(target < {TARGET_ADDED_P50_PCT}%: {'MET' if c['target_met'] else 'NOT met'}), "
+            f"txn/s ratio on/off {c['ratio_txn_per_s']}"
+        )
+    print(json.dumps(out, indent=2))
+    if errors:
+        log(f"FAILED: {errors[:3]}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
