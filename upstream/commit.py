@@ -138,7 +138,7 @@ def _commit_with_binlog(txn: Transaction, entries: Sequence[Entry]) -> int:
 
         sent = db.submit_prewrite(status_then_binlog)
     else:
-        db.status.begin_pending(s.conn, txn.start_ts, ttl_ms)
+        s.call(lambda: db.status.begin_pending(s.conn, txn.start_ts, ttl_ms))
         sent = db.submit_prewrite(lambda: db.client_write(p))
     db.track_pending(txn.start_ts, ttl_ms)
     try:
@@ -150,7 +150,7 @@ def _commit_with_binlog(txn: Transaction, entries: Sequence[Entry]) -> int:
         if binlog_error is not None:
             raise BinlogWriteError(f"prewrite binlog of start_ts={txn.start_ts}: {binlog_error}") from binlog_error
         commit_ts = db.tso.get_ts()
-        db.status.mark_committed(s.conn, txn.start_ts, commit_ts)
+        s.call(lambda: db.status.mark_committed(s.conn, txn.start_ts, commit_ts))
     except BaseException as exc:
         _abort(txn, p, exc)
         raise

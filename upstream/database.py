@@ -45,7 +45,8 @@ from upstream.txn import Transaction
 
 log = logging.getLogger(__name__)
 
-DEFAULT_STORE = "sqlite:///upstream.db"
+DEFAULT_STORE = "sqlite:upstream.db"
+"""A sqlite file in the current directory."""
 DEFAULT_LOCK_TTL = 10.0
 """Seconds a pending transaction's lock lives without renewal (TiDB: 3 s with heartbeats)."""
 MAX_LOCK_TTL = 120.0

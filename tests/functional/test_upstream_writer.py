@@ -536,9 +536,7 @@ def test_readme_writer_example_runs(
     assert len(blocks) == 1
     store = f"sqlite:///{tmp_path / 'upstream.db'}"
     code = (
-        blocks[0]
-        .replace('"http://127.0.0.1:2379"', repr(etcd_server.url))
-        .replace('"sqlite:///upstream.db"', repr(store))
+        blocks[0].replace('"http://127.0.0.1:2379"', repr(etcd_server.url)).replace('"sqlite:upstream.db"', repr(store))
     )
     exec(compile(code, "README.md upstream writer example", "exec"), {})
     with Database(etcd_server.url, store) as db:

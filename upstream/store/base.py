@@ -10,14 +10,17 @@ indexes are enforced by the store (a violation is :class:`DuplicateKeyError`).
 from __future__ import annotations
 
 import abc
+import contextlib
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from common.errors import BinlogError
 from common.schema.infoschema import InfoSchema
-from common.schema.model import HIDDEN_HANDLE, ColumnInfo, Job, JobType, TableInfo
+from common.schema.model import HIDDEN_HANDLE, ColumnInfo, IndexInfo, Job, JobType, TableInfo
 
 Row = dict[str, Any]
+_T = TypeVar("_T")
+PK_INDEX = "pk_unique"
 
 
 class StoreError(BinlogError):
@@ -81,19 +84,30 @@ class Dialect(abc.ABC):
         else:
             cols.insert(0, self.handle_decl())
         stmts = [f"CREATE TABLE {self.table(db, t.name)} ({', '.join(cols)})"]
-        for ix in t.indices:
-            if ix.primary and t.pk_is_handle:
-                continue
-            stmts.append(self.create_index_sql(db, t.name, ix.name, ix.columns, ix.unique or ix.primary))
+        stmts += self.index_statements(db, t)
         return stmts
+
+    def physical_index(self, ix: IndexInfo) -> str:
+        """The store's name of an index (a declared primary key of a hidden-handle table is a unique index)."""
+        return PK_INDEX if ix.primary else ix.name
+
+    def index_statements(self, db: str, t: TableInfo) -> list[str]:
+        return [
+            self.create_index_sql(db, t.name, self.physical_index(ix), ix.columns, ix.unique or ix.primary)
+            for ix in t.indices
+            if not (ix.primary and t.pk_is_handle)
+        ]
 
     def create_index_sql(self, db: str, table: str, name: str, columns: Sequence[str], unique: bool) -> str:
         cols = ", ".join(self.quote(c) for c in columns)
         kind = "UNIQUE INDEX" if unique else "INDEX"
         return f"CREATE {kind} {self.index_name(db, table, name)} ON {self.table(db, table)} ({cols})"
 
+    index_names_follow_table = False
+    """True when index names embed the table name (sqlite: index names are per database)."""
+
     @abc.abstractmethod
-    def drop_index_sql(self, db: str, table: str, name: str) -> str: ...
+    def drop_index_sql(self, db: str, table: str, name: str, *, old_db: str = "", old_table: str = "") -> str: ...
 
     @abc.abstractmethod
     def rename_sql(self, db: str, old: str, new_db: str, new: str) -> str: ...
@@ -116,7 +130,17 @@ class Dialect(abc.ABC):
         if t == JobType.TRUNCATE_TABLE:
             return [f"DELETE FROM {self.table(db, old.name)}"]
         if t == JobType.RENAME_TABLE:
-            return [self.rename_sql(old_ref.db.name, old.name, db, table.name)]
+            stmts = [self.rename_sql(old_ref.db.name, old.name, db, table.name)]
+            if self.index_names_follow_table:  # recreate the indexes under names of the new table
+                stmts += [
+                    self.drop_index_sql(
+                        db, table.name, self.physical_index(ix), old_db=old_ref.db.name, old_table=old.name
+                    )
+                    for ix in old.indices
+                    if not (ix.primary and old.pk_is_handle)
+                ]
+                stmts += self.index_statements(db, table)
+            return stmts
         if t == JobType.ADD_COLUMN:
             return [f"ALTER TABLE {self.table(db, old.name)} ADD COLUMN {self.column_decl(table.columns[-1])}"]
         if t == JobType.DROP_COLUMN:
@@ -128,7 +152,7 @@ class Dialect(abc.ABC):
         if t == JobType.DROP_INDEX:
             names = {ix.name for ix in table.indices}
             gone_ix = next(ix for ix in old.indices if ix.name not in names)
-            return [self.drop_index_sql(db, table.name, gone_ix.name)]
+            return [self.drop_index_sql(db, table.name, self.physical_index(gone_ix))]
         raise StoreError(f"job type {t} has no store statements")
 
     @abc.abstractmethod
@@ -188,6 +212,16 @@ class Session(abc.ABC):
             raise mapped from exc
         finally:
             cur.close()
+
+    def call(self, fn: Callable[[], _T]) -> _T:
+        """Run `fn` (e.g. a txn-status helper on this connection), mapping driver errors as statements do."""
+        try:
+            return fn()
+        except Exception as exc:
+            mapped = self._translate(exc)
+            if mapped is None:
+                raise
+            raise mapped from exc
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
         self._run(sql, params, lambda cur: None)
@@ -299,13 +333,29 @@ class Store(abc.ABC):
     def dialect(self) -> Dialect: ...
 
     def apply_ddl(self, job: Job, before: InfoSchema) -> None:
-        stmts = self.dialect().ddl_statements(job, before)
+        """Run a job's statements; on failure undo what ran (sqlite: one transaction; MySQL: drop a new table)."""
+        d = self.dialect()
+        stmts = d.ddl_statements(job, before)
         s = self.session()
         try:
-            for sql in stmts:
-                s.execute(sql)
+            if self.transactional_ddl:
+                s.begin()
+            try:
+                for sql in stmts:
+                    s.execute(sql)
+            except BaseException:
+                if s.in_txn:
+                    s.rollback()
+                elif job.type == JobType.CREATE_TABLE and job.table is not None:
+                    with contextlib.suppress(StoreError):
+                        s.execute(f"DROP TABLE IF EXISTS {d.table(job.schema_name, job.table.name)}")
+                raise
+            if s.in_txn:
+                s.commit()
         finally:
             s.close()
+
+    transactional_ddl = False
 
     def scan(self, db: str, t: TableInfo) -> Iterator[tuple[int, Row]]:
         """Every row of a table with its handle, in handle order (for audits and tests)."""

@@ -62,7 +62,7 @@ class MySQLDialect(Dialect):
         stmts = super().create_table_sql(db, t)
         return [stmts[0] + " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin", *stmts[1:]]
 
-    def drop_index_sql(self, db: str, table: str, name: str) -> str:
+    def drop_index_sql(self, db: str, table: str, name: str, *, old_db: str = "", old_table: str = "") -> str:
         return f"DROP INDEX {self.quote(name)} ON {self.table(db, table)}"
 
     def rename_sql(self, db: str, old: str, new_db: str, new: str) -> str:

@@ -45,8 +45,10 @@ class SqliteDialect(Dialect):
     def handle_decl(self) -> str:
         return f"{self.quote(HIDDEN_HANDLE)} INTEGER PRIMARY KEY"
 
-    def drop_index_sql(self, db: str, table: str, name: str) -> str:
-        return f"DROP INDEX {self.index_name(db, table, name)}"
+    index_names_follow_table = True
+
+    def drop_index_sql(self, db: str, table: str, name: str, *, old_db: str = "", old_table: str = "") -> str:
+        return f"DROP INDEX {self.index_name(old_db or db, old_table or table, name)}"
 
     def rename_sql(self, db: str, old: str, new_db: str, new: str) -> str:
         return f"ALTER TABLE {self.table(db, old)} RENAME TO {self.table(new_db, new)}"
@@ -80,6 +82,7 @@ class SqliteSession(Session):
 class SqliteStore(Store):
     kind = "sqlite"
     parallel_status = False
+    transactional_ddl = True
 
     def __init__(self, path: Path, dsn: str) -> None:
         self.path = path
