@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from common.schema.infoschema import InfoSchema
-from common.schema.model import JobType, SchemaError
+from common.schema.model import Job, JobType, SchemaError
 from upstream.ddl import Column, Planner
 
 
@@ -19,8 +19,8 @@ class Env:
     def plan(self) -> Planner:
         return Planner(self.schema, lambda n: next(self.ids), start_ts=100)
 
-    def run(self, fn: str, *args: object, **kw: object) -> object:
-        job = getattr(self.plan(), fn)(*args, **kw)
+    def run(self, fn: str, *args: object, **kw: object) -> Job:
+        job: Job = getattr(self.plan(), fn)(*args, **kw)
         self.schema.apply(job)
         return job
 
@@ -50,7 +50,7 @@ def test_create_table_int_pk_is_handle_and_text(env: Env) -> None:
         ("uk_v", True, False),
         ("idx_v_id", False, False),
     ]
-    assert job.query == (  # type: ignore[attr-defined]
+    assert job.query == (
         "CREATE TABLE `t` (\n  `id` bigint(20) unsigned NOT NULL,\n  `v` varchar(10) NOT NULL DEFAULT 'x',\n"
         "  PRIMARY KEY (`id`),\n  UNIQUE KEY `uk_v` (`v`),\n  KEY `idx_v_id` (`v`,`id`)\n)"
     )
@@ -93,15 +93,15 @@ def test_truncate_gives_a_new_id_and_rename_keeps_it(env: Env) -> None:
     assert job.table_id == old
     job = env.run("rename_table", "d", "t", "u", new_db="e")
     assert env.schema.table("e", "u").id == new
-    assert (job.old_schema_name, job.old_table_name) == ("d", "t")  # type: ignore[attr-defined]
-    assert job.query == "RENAME TABLE `d`.`t` TO `e`.`u`"  # type: ignore[attr-defined]
-    assert job.type is JobType.RENAME_TABLE  # type: ignore[attr-defined]
+    assert (job.old_schema_name, job.old_table_name) == ("d", "t")
+    assert job.query == "RENAME TABLE `d`.`t` TO `e`.`u`"
+    assert job.type is JobType.RENAME_TABLE
 
 
 def test_index_jobs(env: Env) -> None:
     env.run("create_table", "d", "t", [Column("id", "INT"), Column("a", "INT")], primary_key=["id"])
     job = env.run("add_index", "d", "t", "ia", ["A"], unique=True)
-    assert job.query == "CREATE UNIQUE INDEX `ia` ON `t` (`a`)"  # type: ignore[attr-defined]
+    assert job.query == "CREATE UNIQUE INDEX `ia` ON `t` (`a`)"
     env.run("drop_index", "d", "t", "ia")
     assert [ix.name for ix in env.schema.table("d", "t").indices] == ["PRIMARY"]
 
