@@ -1,9 +1,10 @@
 """The pump's storage (`PumpStorage`): value log + LevelDB index + sorter, wired together.
 
-    write_binlog ─► write queue (bounded by bytes) ─► vlog writer: group commit, one write +
-        fdatasync per batch, waiters released ─► index queue (kv_chan_cap entries; the slow
-        chaser takes over when a hand-off blocks > slow_chaser_threshold) ─► index writer:
-        sorter push + LevelDB batch, then maxCommitTS published ─► pullers woken
+    write_binlog / submit_binlog ─► write queue (bounded by bytes) ─► vlog writer: group
+        commit, one write + fdatasync per batch, waiters released (or called back) ─► index
+        queue (kv_chan_cap entries; the slow chaser takes over when a hand-off blocks >
+        slow_chaser_threshold) ─► index writer: sorter push + LevelDB batch, then maxCommitTS
+        published ─► pullers woken
 
 Threads, all joined by close(): vlog writer, index writer, slow chaser, maintenance (resolver
 rounds; the stop flag is checked between resolver calls), free space (every 3 s).  Start-up
@@ -46,7 +47,7 @@ from pump.storage.resolve import resolve_pass
 from pump.storage.sorter import LONG_TXN_TSO, Sorter
 from pump.storage.vlog import OpenReport, ValueLog
 from pump.storage.vlog_record import ValuePointer
-from pump.storage.writer import VlogWriter
+from pump.storage.writer import GROUP_COMMIT_DELAY, DoneCallback, VlogWriter
 
 __all__ = ["GC_KEEP_TSO", "Storage"]
 
@@ -59,6 +60,7 @@ class Storage:
     """`PumpStorage` on a data directory: `value/` (vlog), `kv/` (LevelDB), `.lock`.
 
     The resolver, when given, belongs to the caller (close() does not close it).
+    `group_commit_delay`: see `writer.py` (0 turns the wait for company off).
     """
 
     def __init__(
@@ -71,11 +73,13 @@ class Storage:
         chaser_timings: ChaserTimings = ChaserTimings(),  # noqa: B008 - frozen dataclass
         observer: StorageObserver | None = None,
         wall_clock: Callable[[], float] = time.time,
+        group_commit_delay: float = GROUP_COMMIT_DELAY,
     ) -> None:
         self._observer: StorageObserver = observer or NullObserver()
         self._wall = wall_clock
         self._dir = data_dir
         self._opts = options
+        self._group_commit_delay = group_commit_delay
         self._resolver = resolver
         self._clock = clock
         self._closed = False
@@ -147,6 +151,7 @@ class Storage:
             queue_bytes=opts.write_queue_bytes,
             handoff_timeout=opts.slow_chaser_threshold,
             observer=self._observer,
+            group_commit_delay=self._group_commit_delay,
         )
         self._puller = Puller(self._gate, index, vlog, self._watermark, lambda: self._gc_ts, observer=self._observer)
         self._maint_stop = threading.Event()
@@ -175,12 +180,8 @@ class Storage:
         start_ts, commit_ts = binlog.start_ts, binlog.commit_ts
         if is_probe(start_ts, commit_ts):
             return
-        if self._closed:
-            raise StorageClosedError("storage is closed")
         tp = binlog.tp
-        if not self._disk.writable() and not is_fake(tp, start_ts, commit_ts):
-            self._observer.error("write_binlog")
-            raise NoSpaceError(self._disk.message())
+        self._check_writable(tp, start_ts, commit_ts)
         began = time.monotonic()
         key = binlog.prewrite_key if tp == PREWRITE and binlog.HasField("prewrite_key") else None
         try:
@@ -190,6 +191,51 @@ class Storage:
         except StorageError:
             self._observer.error("write_binlog")
             raise
+        self._check_slow(began, start_ts, commit_ts)
+
+    def submit_binlog(
+        self,
+        tp: int,
+        start_ts: int,
+        commit_ts: int,
+        payload: bytes,
+        *,
+        prewrite_key: bytes | None,
+        done: DoneCallback,
+    ) -> bool:
+        """`write_binlog` without blocking, for the gRPC event loop: the binlog's fields come from the
+        caller (`prewrite_key` only for a prewrite that has one; `payload` is what gets stored).
+
+        Raises at once what write_binlog raises before writing (StorageClosedError, NoSpaceError);
+        returns False, queueing nothing, when the write queue is full (the caller falls back to
+        `write_binlog`, which waits for room); else True, and `done` is called exactly once from the
+        vlog writer thread: with None once the binlog is durable, else with write_binlog's error.
+        A probe is not stored: `done(None)` at once."""
+        if is_probe(start_ts, commit_ts):
+            done(None)
+            return True
+        self._check_writable(tp, start_ts, commit_ts)
+        began = time.monotonic()
+
+        def finished(error: BaseException | None) -> None:
+            if error is None:
+                self._check_slow(began, start_ts, commit_ts)
+            elif isinstance(error, StorageError) and not isinstance(error, StorageClosedError):
+                self._observer.error("write_binlog")
+            done(error)
+
+        return self._writer.submit_nowait(
+            tp, start_ts, commit_ts, payload, prewrite_key=prewrite_key, callback=finished
+        )
+
+    def _check_writable(self, tp: int, start_ts: int, commit_ts: int) -> None:
+        if self._closed:
+            raise StorageClosedError("storage is closed")
+        if not self._disk.writable() and not is_fake(tp, start_ts, commit_ts):
+            self._observer.error("write_binlog")
+            raise NoSpaceError(self._disk.message())
+
+    def _check_slow(self, began: float, start_ts: int, commit_ts: int) -> None:
         took = time.monotonic() - began
         if took > self._opts.slow_write_threshold:
             log.warning("slow storage write took=%.3fs start_ts=%d commit_ts=%d", took, start_ts, commit_ts)
