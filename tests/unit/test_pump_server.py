@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import queue
 import socket
@@ -10,17 +11,20 @@ import time
 from collections.abc import Iterator
 from concurrent import futures
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 import pytest
 
-from common.errors import BinlogError
+from common.errors import BinlogError, StorageClosedError
 from common.pb import binlog_pb2, gogo, pump_pb2, pump_pb2_grpc
 from common.registry import NodeState
 from pump import server as server_mod
 from pump.memory_storage import MemoryStorage
 from pump.metrics import PumpMetrics
 from pump.server import GrpcServer, PumpService
+from pump.storage.api import StorageOptions
+from pump.storage.storage import Storage
 
 CLUSTER = 6_900_000_000_000_000_001
 DEADLINE = 10.0
@@ -342,16 +346,62 @@ def test_pull_streams_are_capped_and_writes_still_get_threads() -> None:
 
 
 def test_byte_budget_admits_in_order_and_an_oversized_request_alone() -> None:
-    budget = server_mod.ByteBudget(100)
-    assert budget.acquire(60)
-    assert not budget.acquire(60, timeout=0.05)  # 120 > 100 while 60 are in use
-    assert budget.acquire(40, timeout=0.05)
-    budget.release(60)
-    budget.release(40)
-    assert budget.acquire(500)  # larger than the budget: admitted when nothing else is in flight
-    assert not budget.acquire(1, timeout=0.05)
-    budget.release(500)
-    assert budget.in_use == 0
+    async def scenario() -> None:
+        budget = server_mod.ByteBudget(100)
+        assert await budget.acquire(60)
+        assert not await budget.acquire(60, timeout=0.05)  # 120 > 100 while 60 are in use
+        assert await budget.acquire(40, timeout=0.05)
+        budget.release(60)
+        budget.release(40)
+        assert await budget.acquire(500)  # larger than the budget: admitted when nothing else is in flight
+        assert not await budget.acquire(1, timeout=0.05)
+        budget.release(500)
+        assert budget.in_use == 0
+
+    asyncio.run(scenario())
+
+
+def test_byte_budget_waiters_are_admitted_in_arrival_order() -> None:
+    async def scenario() -> None:
+        budget = server_mod.ByteBudget(100)
+        assert budget.try_acquire(90)
+        admitted: list[str] = []
+
+        async def take(name: str, n: int) -> None:
+            assert await budget.acquire(n, timeout=DEADLINE)
+            admitted.append(name)
+
+        big = asyncio.create_task(take("big", 80))
+        await asyncio.sleep(0)
+        small = asyncio.create_task(take("small", 5))  # would fit now, but arrived after "big"
+        await asyncio.sleep(0.05)
+        assert admitted == []
+        assert not budget.try_acquire(1)  # nobody jumps the queue
+        budget.release(90)
+        await asyncio.gather(big, small)
+        assert admitted == ["big", "small"]
+        assert budget.in_use == 85
+
+    asyncio.run(scenario())
+
+
+def test_byte_budget_gives_up_on_timeout_and_cancellation_without_leaking() -> None:
+    async def scenario() -> None:
+        budget = server_mod.ByteBudget(100)
+        assert await budget.acquire(100)
+        timed_out = asyncio.create_task(budget.acquire(50, timeout=0.05))
+        cancelled = asyncio.create_task(budget.acquire(50))
+        behind = asyncio.create_task(budget.acquire(50, timeout=DEADLINE))
+        assert not await timed_out
+        await asyncio.sleep(0)
+        cancelled.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+        budget.release(100)
+        assert await behind  # the ones that gave up left the queue
+        assert budget.in_use == 50
+
+    asyncio.run(scenario())
 
 
 class GatedStorage(MemoryStorage):
@@ -395,3 +445,194 @@ def test_inflight_write_bytes_are_bounded() -> None:
         p.channel.close()
         p.service.close_streams()
         server.stop(1.0)
+
+
+def test_a_cancelled_write_keeps_its_bytes_counted_until_the_storage_is_done() -> None:
+    storage = GatedStorage()
+    payload = prewrite(10, b"x" * 600)
+    p, server = start_pump(storage=storage, max_inflight_write_bytes=1000)
+    try:
+        call = p.stub.WriteBinlog.future(pump_pb2.WriteBinlogReq(clusterID=CLUSTER, payload=payload), timeout=DEADLINE)
+        wait_until(lambda: storage.entered == 1, "the write to reach the storage")
+        call.cancel()
+        time.sleep(0.1)
+        assert p.service.inflight_write_bytes == len(payload)  # the storage still holds the payload
+        storage.gate.set()
+        wait_until(lambda: p.service.inflight_write_bytes == 0, "the bytes to be released")
+        assert storage.writes == 1
+    finally:
+        storage.gate.set()
+        p.channel.close()
+        server.stop(1.0)
+
+
+def test_a_write_waiting_for_room_past_its_deadline_is_deadline_exceeded() -> None:
+    storage = GatedStorage()
+    p, server = start_pump(storage=storage, max_inflight_write_bytes=1000)
+    pool = futures.ThreadPoolExecutor(1)
+    try:
+        first = pool.submit(write, p, prewrite(10, b"x" * 600))
+        wait_until(lambda: storage.entered == 1, "the first write to reach the storage")
+        with pytest.raises(grpc.RpcError) as excinfo:
+            p.stub.WriteBinlog(
+                pump_pb2.WriteBinlogReq(clusterID=CLUSTER, payload=prewrite(20, b"y" * 600)), timeout=0.3
+            )
+        assert excinfo.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+        assert storage.entered == 1
+        storage.gate.set()
+        first.result(DEADLINE)
+        wait_until(lambda: p.service.inflight_write_bytes == 0, "the bytes to be released")
+    finally:
+        storage.gate.set()
+        pool.shutdown()
+        p.channel.close()
+        server.stop(1.0)
+
+
+# ------------------------------------------------------------------------------- over the real Storage
+
+
+@pytest.fixture
+def disk_pump(tmp_path: Path) -> Iterator[tuple[Pump, GrpcServer, Storage]]:
+    storage = Storage(tmp_path / "pump", StorageOptions(stop_write_at_available_space=0))
+    state = [NodeState.ONLINE]
+    metrics = PumpMetrics(storage.status)
+    service = PumpService(storage, CLUSTER, lambda: state[0], metrics, max_pull_streams=4)
+    server = GrpcServer(service, "127.0.0.1:0", max_message_size=64 << 20, workers=32)
+    server.start()
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")
+    p = Pump(MemoryStorage(), service, metrics, channel, pump_pb2_grpc.PumpStub(channel), state)
+    yield p, server, storage
+    channel.close()
+    service.close_streams()
+    server.stop(1.0)
+    storage.close()
+
+
+def test_storage_writes_without_blocking_the_server(disk_pump: tuple[Pump, GrpcServer, Storage]) -> None:
+    p, _, storage = disk_pump
+    assert isinstance(storage, server_mod.SubmittingStorage)
+    pool = futures.ThreadPoolExecutor(16)
+    try:
+        pairs = [(100 + 2 * i, 101 + 2 * i) for i in range(64)]
+        list(pool.map(lambda sc: write(p, prewrite(sc[0], b"v%d" % sc[0])), pairs))
+        list(pool.map(lambda sc: write(p, commit(*sc)), pairs))
+    finally:
+        pool.shutdown()
+    assert p.service.write_count == 128
+    assert storage.status().write_count == 128
+    assert p.service.inflight_write_bytes == 0
+    assert storage.wait_indexed(DEADLINE)
+    puller = Puller(p, offset=0)
+    try:
+        got = puller.take(64)
+    finally:
+        puller.cancel()
+    assert [(s, c) for s, c, _ in got] == pairs
+    assert all(
+        binlog_pb2.PrewriteValue.FromString(b.prewrite_value).mutations[0].inserted_rows == [b"v%d" % s]
+        for s, _, b in got
+    )
+
+
+def test_refusals_over_the_real_storage(disk_pump: tuple[Pump, GrpcServer, Storage]) -> None:
+    p, _, storage = disk_pump
+    assert code_and_details(write_error(p, b"\xff\xff\xff"))[0] is grpc.StatusCode.INVALID_ARGUMENT
+    assert code_and_details(write_error(p, prewrite(10), cluster=CLUSTER + 1))[0] is grpc.StatusCode.FAILED_PRECONDITION
+    p.state[0] = NodeState.PAUSED
+    assert code_and_details(write_error(p, prewrite(10))) == (grpc.StatusCode.UNAVAILABLE, "no online: paused")
+    p.state[0] = NodeState.ONLINE
+    assert write(p, b"").errmsg == ""
+    storage._disk.writable = lambda: False  # type: ignore[method-assign]
+    code, details = code_and_details(write_error(p, prewrite(10)))
+    assert code is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert details.startswith("no available space")
+    write(p, gogo.fake_binlog(50))  # fake binlogs still pass
+    assert storage.status().write_count == 1
+    storage.close()
+    code, details = code_and_details(write_error(p, prewrite(20)))
+    assert code is grpc.StatusCode.UNAVAILABLE
+    assert "shutting down" in details
+
+
+def test_a_full_write_queue_falls_back_to_a_blocking_write(tmp_path: Path) -> None:
+    storage = Storage(tmp_path / "pump", StorageOptions(stop_write_at_available_space=0, write_queue_bytes=2048))
+    metrics = PumpMetrics(storage.status)
+    service = PumpService(storage, CLUSTER, lambda: NodeState.ONLINE, metrics)
+    server = GrpcServer(service, "127.0.0.1:0", max_message_size=64 << 20, workers=8)
+    server.start()
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")
+    p = Pump(MemoryStorage(), service, metrics, channel, pump_pb2_grpc.PumpStub(channel), [NodeState.ONLINE])
+    pool = futures.ThreadPoolExecutor(6)
+    try:
+        with storage._chaser.write_lock:  # the vlog writer stalls on its first batch; the queue fills up
+            calls = [pool.submit(write, p, prewrite(10 + i, b"x" * 1000)) for i in range(6)]
+            time.sleep(0.3)
+            assert not any(c.done() for c in calls)
+        for c in calls:
+            assert c.result(DEADLINE).errmsg == ""
+        assert storage.status().write_count == 6
+    finally:
+        pool.shutdown()
+        channel.close()
+        server.stop(1.0)
+        storage.close()
+
+
+# ------------------------------------------------------------------------------------------ pull feed
+
+
+def test_pull_feed_is_bounded_by_bytes_and_lets_a_large_message_through_alone() -> None:
+    async def scenario() -> None:
+        feed = server_mod._Feed(asyncio.get_running_loop(), 100, threading.Event())
+        put: list[bool] = []
+
+        def reader() -> None:
+            for msg in (b"a" * 60, b"b" * 30, b"c" * 60, b"d" * 500):
+                put.append(feed.put(msg))
+            feed.end()
+
+        thread = threading.Thread(target=reader)
+        thread.start()
+        await asyncio.sleep(0.2)
+        assert put == [True, True]  # a third would pass 100 bytes: the reader waits
+        assert await feed.get() == [b"a" * 60, b"b" * 30]
+        rest: list[bytes] = []
+        while (batch := await feed.get()) is not None:
+            rest += batch
+        assert rest == [b"c" * 60, b"d" * 500]  # the oversized one came alone, after the feed emptied
+        await asyncio.to_thread(thread.join, DEADLINE)
+        assert put == [True, True, True, True]
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("how", ["stop", "close"])
+def test_pull_feed_reader_gives_up_when_the_stream_stops_or_the_consumer_leaves(how: str) -> None:
+    async def scenario() -> None:
+        stop = threading.Event()
+        feed = server_mod._Feed(asyncio.get_running_loop(), 10, stop)
+        assert feed.put(b"x" * 10)
+        result: list[bool] = []
+        thread = threading.Thread(target=lambda: result.append(feed.put(b"y")))
+        thread.start()
+        await asyncio.sleep(0.1)
+        assert result == []  # full: waiting
+        if how == "stop":
+            stop.set()
+        else:
+            feed.close()
+        await asyncio.to_thread(thread.join, DEADLINE)
+        assert result == [False]
+
+    asyncio.run(scenario())
+
+
+def test_pull_feed_passes_the_reader_error_on() -> None:
+    async def scenario() -> None:
+        feed = server_mod._Feed(asyncio.get_running_loop(), 100, threading.Event())
+        await asyncio.to_thread(feed.end, StorageClosedError("closed"))
+        with pytest.raises(StorageClosedError):
+            await feed.get()
+
+    asyncio.run(scenario())
