@@ -45,7 +45,7 @@ from tools.procs import ManagedProcess, free_port, port_open
 SERVICE = "binlog.Pump"
 WRITE_METHOD = f"/{SERVICE}/WriteBinlog"
 PULL_METHOD = f"/{SERVICE}/PullBinlogs"
-SERVER_WORKERS = 64  # the pump's gRPC thread pool (pump.server.GRPC_WORKERS)
+SERVER_WORKERS = 64  # the baseline server's thread pool (the pump itself serves with grpc.aio)
 MAX_MESSAGE = 2**31 - 1
 CHANNEL_OPTIONS = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
 RPC_TIMEOUT = 120.0
@@ -502,7 +502,7 @@ def serve(addr: str, messages_path: str | None) -> None:
             pull_binlogs, request_deserializer=_identity, response_serializer=_identity
         ),
     }
-    # the same server set-up as pump.server.GrpcServer
+    # a plain grpcio (thread pool) server with the pump's message-size and port options
     executor = futures.ThreadPoolExecutor(max_workers=SERVER_WORKERS)
     server = grpc.server(
         executor,
