@@ -1,0 +1,1 @@
+"""Downstream sinks: where the drainer's translated transactions go (see base.Sink)."""
