@@ -20,29 +20,19 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Final, Protocol
-from urllib.parse import unquote, urlsplit
+from typing import Any, Protocol
 
 from google.protobuf import text_format
 from google.protobuf.message import DecodeError
 
-from common.errors import BinlogError
+from common.httpserver import METRICS_CONTENT_TYPE, JsonHandler
+from common.httpserver import StatusServer as BaseStatusServer
 from common.pb import binlog_pb2
 from common.registry import NodeStatus
-from pump.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from pump.node import ActionError
 from pump.storage.api import StorageStatus
 
 log = logging.getLogger(__name__)
-
-ERROR_CODE: Final = 3
-"""The `code` of an error response (the original's util.ErrResponsef)."""
-REQUEST_TIMEOUT: Final = 30.0
-SHUTDOWN_POLL: Final = 0.1
-"""How often the serving loop checks for shutdown (seconds)."""
 
 
 class PumpHTTPBackend(Protocol):
@@ -103,69 +93,33 @@ def dump_binlog(ts: int, binlog: binlog_pb2.Binlog, prewrite: binlog_pb2.Binlog 
     return "\n".join(lines) + "\n"
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: StatusServer._HTTPServer
-    timeout = REQUEST_TIMEOUT
-    protocol_version = "HTTP/1.0"
+class _Handler(JsonHandler):
+    backend: PumpHTTPBackend
 
-    # ------------------------------------------------------------------------------------ verbs
-    def do_GET(self) -> None:
-        self._dispatch("GET")
-
-    def do_PUT(self) -> None:
-        self._dispatch("PUT")
-
-    def do_POST(self) -> None:
-        self._dispatch("POST")
-
-    def do_DELETE(self) -> None:
-        self._dispatch("DELETE")
-
-    def log_message(self, format: str, *args: Any) -> None:
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("http %s: %s", self.client_address[0], format % args)
-
-    # ---------------------------------------------------------------------------------- routing
-    def _dispatch(self, method: str) -> None:
-        parts = [unquote(p) for p in urlsplit(self.path).path.split("/") if p]
-        backend = self.server.backend
-        try:
-            self._route(method, parts, backend)
-        except ActionError as exc:
-            self._error(exc.http_status, str(exc))
-        except Exception as exc:
-            log.exception("HTTP %s %s failed", method, self.path)
-            self._error(HTTPStatus.INTERNAL_SERVER_ERROR, f"{type(exc).__name__}: {exc}")
-
-    def _route(self, method: str, parts: list[str], backend: PumpHTTPBackend) -> None:
+    def route(self, method: str, parts: list[str]) -> None:
+        backend = self.backend
         match parts:
             case ["status"]:
-                if self._allow(method, "GET"):
+                if self.allow(method, "GET"):
                     self._status(backend)
             case ["drainers"]:
-                if self._allow(method, "GET"):
-                    self._json(HTTPStatus.OK, [status_json(d) for d in backend.drainer_statuses()])
+                if self.allow(method, "GET"):
+                    self.json(HTTPStatus.OK, [status_json(d) for d in backend.drainer_statuses()])
             case ["state", node_id, action]:
-                if self._allow(method, "PUT"):
+                if self.allow(method, "PUT"):
                     backend.apply_action(node_id, action)
-                    self._json(HTTPStatus.OK, {"message": f"apply action {action} success!", "code": 200, "data": None})
+                    self.json(HTTPStatus.OK, {"message": f"apply action {action} success!", "code": 200, "data": None})
             case ["debug", "gc", "trigger"]:
-                if self._allow(method, "POST"):
-                    self._text(HTTPStatus.OK, "trigger gc success\n" if backend.trigger_gc() else "gc is working\n")
+                if self.allow(method, "POST"):
+                    self.text(HTTPStatus.OK, "trigger gc success\n" if backend.trigger_gc() else "gc is working\n")
             case ["debug", "binlog", raw_ts]:
-                if self._allow(method, "GET"):
+                if self.allow(method, "GET"):
                     self._binlog(backend, raw_ts)
             case ["metrics"]:
-                if self._allow(method, "GET"):
-                    self._send(HTTPStatus.OK, backend.metrics_text(), METRICS_CONTENT_TYPE)
+                if self.allow(method, "GET"):
+                    self.send(HTTPStatus.OK, backend.metrics_text(), METRICS_CONTENT_TYPE)
             case _:
-                self._error(HTTPStatus.NOT_FOUND, f"no such endpoint: {method} {self.path}")
-
-    def _allow(self, method: str, allowed: str) -> bool:
-        if method == allowed:
-            return True
-        self._error(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} is not allowed on {self.path} (use {allowed})")
-        return False
+                self.not_found(method)
 
     # --------------------------------------------------------------------------------- endpoints
     def _status(self, backend: PumpHTTPBackend) -> None:
@@ -184,78 +138,27 @@ class _Handler(BaseHTTPRequestHandler):
         except Exception as exc:
             errors.append(f"storage status: {exc}")
         doc["ErrMsg"] = "; ".join(errors)
-        self._json(HTTPStatus.OK, doc)
+        self.json(HTTPStatus.OK, doc)
 
     def _binlog(self, backend: PumpHTTPBackend, raw_ts: str) -> None:
         if not raw_ts.isdigit():
-            self._error(HTTPStatus.BAD_REQUEST, f"bad ts {raw_ts!r}: expected a non-negative integer")
+            self.error(HTTPStatus.BAD_REQUEST, f"bad ts {raw_ts!r}: expected a non-negative integer")
             return
         ts = int(raw_ts)
         binlog = backend.get_binlog(ts)
         if binlog is None:
-            self._text(HTTPStatus.NOT_FOUND, f"no binlog at ts {ts}\n")
+            self.text(HTTPStatus.NOT_FOUND, f"no binlog at ts {ts}\n")
             return
         prewrite = None
         if binlog.tp != binlog_pb2.Prewrite and binlog.start_ts and binlog.start_ts != ts:
             candidate = backend.get_binlog(binlog.start_ts)
             if candidate is not None and candidate.tp == binlog_pb2.Prewrite:
                 prewrite = candidate
-        self._text(HTTPStatus.OK, dump_binlog(ts, binlog, prewrite))
-
-    # ----------------------------------------------------------------------------------- output
-    def _error(self, status: int, message: str) -> None:
-        self._json(status, {"message": message, "code": ERROR_CODE, "data": None})
-
-    def _json(self, status: int, doc: Any) -> None:
-        self._send(status, (json.dumps(doc) + "\n").encode(), "application/json")
-
-    def _text(self, status: int, text: str) -> None:
-        self._send(status, text.encode(), "text/plain; charset=utf-8")
-
-    def _send(self, status: int, body: bytes, content_type: str) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
+        self.text(HTTPStatus.OK, dump_binlog(ts, binlog, prewrite))
 
 
-class StatusServer:
-    """The HTTP API on its own thread; `stop()` shuts it down and joins every thread."""
-
-    class _HTTPServer(ThreadingHTTPServer):
-        daemon_threads = False  # server_close() joins the request threads
-        block_on_close = True
-        backend: PumpHTTPBackend
+class StatusServer(BaseStatusServer):
+    """The pump's HTTP API on its own thread; `stop()` shuts it down and joins every thread."""
 
     def __init__(self, backend: PumpHTTPBackend, addr: str) -> None:
-        host, _, port = addr.rpartition(":")
-        try:
-            self._httpd = self._HTTPServer((host.strip("[]"), int(port)), _Handler)
-        except OSError as exc:
-            raise BinlogError(f"cannot listen on status-addr {addr}: {exc.strerror or exc}") from None
-        self._httpd.backend = backend
-        self.port = int(self._httpd.server_address[1])
-        self.addr = f"{host}:{self.port}"
-        self._thread: threading.Thread | None = None
-        self._closed = False
-
-    def start(self) -> None:
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": SHUTDOWN_POLL}, name="pump-http", daemon=True
-        )
-        self._thread.start()
-        log.info("HTTP status API at http://%s", self.addr)
-
-    def stop(self) -> None:
-        """Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            self._httpd.shutdown()
-            thread.join()
-        self._httpd.server_close()
-        log.info("HTTP status API stopped")
+        super().__init__(backend, addr, _Handler, name="pump-http")

@@ -35,6 +35,7 @@ import grpc
 
 from common import tso as tsolib
 from common.errors import BinlogError
+from common.httpserver import HTTPActionError
 from common.pb import cistern_pb2, cistern_pb2_grpc
 from common.registry import NodeKind, NodeState, NodeStatus, Registry
 
@@ -67,12 +68,8 @@ class StateError(BinlogError):
     """A state change that the state machine does not allow."""
 
 
-class ActionError(BinlogError):
+class ActionError(HTTPActionError):
     """A refused `PUT /state/<id>/<action>`; `http_status` says why (404, 400, 409)."""
-
-    def __init__(self, http_status: int, message: str) -> None:
-        super().__init__(message)
-        self.http_status = http_status
 
 
 # ------------------------------------------------------------------------------------------------ node id
