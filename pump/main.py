@@ -19,23 +19,11 @@ from types import FrameType
 from common.cli import fail
 from common.config import dump, run_command
 from common.errors import BinlogError
-from common.logsetup import TEXT_FORMAT, setup_logging
+from common.logsetup import setup_logging
 from pump.app import PumpApp
-from pump.config import PumpConfig, parse_args
+from pump.config import parse_args
 
 log = logging.getLogger(__name__)
-
-
-def _setup_logging(cfg: PumpConfig) -> None:
-    setup_logging(cfg.log_level)
-    if cfg.log_file:
-        root = logging.getLogger()
-        handler = logging.FileHandler(cfg.log_file, encoding="utf-8")
-        handler.setFormatter(logging.Formatter(TEXT_FORMAT))
-        for old in list(root.handlers):
-            root.removeHandler(old)
-            old.close()
-        root.addHandler(handler)
 
 
 @run_command(prog="pump")
@@ -45,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(dump(cfg))
         return 0
     cfg.check_supported()
-    _setup_logging(cfg)
+    setup_logging(cfg.log_level, cfg.log_file)
     for warning in cfg.ignored_keys():
         log.warning("%s", warning)
 
