@@ -1,0 +1,264 @@
+"""One pump's binlog stream into the merger (reference §3.2, `drainer/pump.go`).
+
+A `Puller` owns a thread that calls `binlog.Pump/PullBinlogs{clusterID, startFrom.offset = last_ts}`
+and hands each binlog to `Merger.put` under the pump's node id.  `last_ts` is the highest commit_ts
+the merger accepted from this pump; every (re)connection resumes after it, so nothing is lost or
+repeated across reconnects.
+
+* A stream error (pump down, restarted, shutting down) is logged, and after `reconnect_interval`
+  the puller dials again on a fresh channel, for as long as it lives.
+* A payload that does not parse as `binlog.Binlog` is fatal: `error` is set, `on_error` is called with
+  a message naming the pump and the offset, and the thread stops.
+* `pause()` ends the stream and does not dial again until `resume()` (a paused pump has exited; its
+  source stays in the merger, which then waits for it).
+* `compressor = "gzip"` asks for gzip on the call; the receive size limit is large (2 GiB - 1) as in
+  the original.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any, Final
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from common.errors import BinlogError
+from common.pb import binlog_pb2, pump_pb2, pump_pb2_grpc
+from drainer.merger import MergeItem, Merger
+
+log = logging.getLogger(__name__)
+
+DEFAULT_RECONNECT_INTERVAL: Final = 1.0
+"""Seconds between a stream error and the next PullBinlogs (original: 1 s)."""
+DEFAULT_MAX_MESSAGE_SIZE: Final = 2**31 - 1
+"""Receive limit (original: MaxInt - 4 MiB; grpcio takes a 32-bit int)."""
+LARGE_BINLOG_BYTES: Final = 10 << 20
+"""A binlog at least this large is logged (original: 10 MiB)."""
+CLOSE_JOIN_TIMEOUT: Final = 10.0
+"""`close()` waits at most this long for the thread."""
+_PUT_SLICE: Final = 0.2
+"""A blocked `Merger.put` re-checks whether the puller is closing this often."""
+
+COMPRESSORS: Final[dict[str, grpc.Compression | None]] = {"": None, "gzip": grpc.Compression.Gzip}
+
+
+class PullerError(BinlogError):
+    """A pump's stream cannot be used any more (a binlog that does not parse)."""
+
+
+class Puller:
+    """Pulls one pump's binlogs into the merger on a thread, reconnecting from `last_ts` on errors."""
+
+    def __init__(
+        self,
+        node_id: str,
+        addr: str,
+        cluster_id: int,
+        start_ts: int,
+        merger: Merger,
+        *,
+        compressor: str = "",
+        on_error: Callable[[BaseException], None] | None = None,
+        reconnect_interval: float = DEFAULT_RECONNECT_INTERVAL,
+        max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+    ) -> None:
+        if compressor not in COMPRESSORS:
+            raise ValueError(f"unknown compressor {compressor!r}: use one of {sorted(COMPRESSORS)}")
+        self.node_id = node_id
+        self.addr = addr
+        self.cluster_id = cluster_id
+        self.last_ts = start_ts
+        """The highest commit_ts the merger accepted from this pump (the resume offset)."""
+        self.error: BaseException | None = None
+        self._merger = merger
+        self._compression = COMPRESSORS[compressor]
+        self._on_error = on_error
+        self._reconnect_interval = reconnect_interval
+        self._max_message_size = min(max_message_size, 2**31 - 1)
+        self._cond = threading.Condition()
+        self._paused = False
+        self._closed = False
+        self._call: Any = None  # the live PullBinlogs call (a grpc.Call and iterator)
+        self._thread: threading.Thread | None = None
+        self._failures = 0
+
+    # ---------------------------------------------------------------------------- lifecycle
+    def start(self) -> None:
+        with self._cond:
+            if self._thread is not None or self._closed:
+                return
+            self._thread = threading.Thread(target=self._run, name=f"puller-{self.node_id}", daemon=True)
+            self._thread.start()
+        log.info("puller started node_id=%s addr=%s offset=%d", self.node_id, self.addr, self.last_ts)
+
+    @property
+    def paused(self) -> bool:
+        with self._cond:
+            return self._paused
+
+    @property
+    def alive(self) -> bool:
+        thread = self._thread
+        return thread is not None and thread.is_alive()
+
+    def pause(self) -> None:
+        """Stop pulling (the current stream is cancelled) until `resume()`."""
+        with self._cond:
+            if self._paused or self._closed:
+                return
+            self._paused = True
+            self._cancel_locked()
+        log.info("puller paused node_id=%s at offset=%d", self.node_id, self.last_ts)
+
+    def resume(self) -> None:
+        with self._cond:
+            if not self._paused or self._closed:
+                return
+            self._paused = False
+            self._failures = 0
+            self._cond.notify_all()
+        log.info("puller resumed node_id=%s from offset=%d", self.node_id, self.last_ts)
+
+    def set_addr(self, addr: str) -> None:
+        """Pull from `addr` from now on (the pump moved); the current stream is cancelled."""
+        with self._cond:
+            if addr == self.addr:
+                return
+            log.info("puller node_id=%s address %s -> %s", self.node_id, self.addr, addr)
+            self.addr = addr
+            self._cancel_locked()
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        """Cancel the stream and stop the thread (joined within a bound).  Idempotent."""
+        with self._cond:
+            first = not self._closed
+            self._closed = True
+            self._cancel_locked()
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(CLOSE_JOIN_TIMEOUT)
+            if thread.is_alive():
+                log.warning("puller node_id=%s did not stop within %.0fs", self.node_id, CLOSE_JOIN_TIMEOUT)
+        if first:
+            log.info("puller closed node_id=%s at offset=%d", self.node_id, self.last_ts)
+
+    def _cancel_locked(self) -> None:
+        if self._call is not None:
+            self._call.cancel()
+
+    # ------------------------------------------------------------------------------- thread
+    def _run(self) -> None:
+        try:
+            while self._wait_runnable():
+                self._pull_once()
+                with self._cond:
+                    if self._closed or self._paused:
+                        continue
+                    self._cond.wait(self._reconnect_interval)
+        except PullerError as exc:
+            self._fail(exc)
+        except BaseException as exc:  # a bug: report it rather than die silently
+            log.exception("puller node_id=%s failed", self.node_id)
+            self._fail(PullerError(f"pump {self.node_id}: puller failed: {exc!r}"))
+
+    def _wait_runnable(self) -> bool:
+        """Wait while paused; False once closed (or the merger is)."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._closed or not self._paused)
+            return not self._closed and not self._merger.closed
+
+    def _fail(self, exc: BaseException) -> None:
+        self.error = exc
+        if self._on_error is not None:
+            self._on_error(exc)
+        else:
+            log.error("%s", exc)
+
+    def _pull_once(self) -> None:
+        """One PullBinlogs stream, until it fails or the puller is paused / closed."""
+        options = [
+            ("grpc.max_receive_message_length", self._max_message_size),
+            ("grpc.max_send_message_length", self._max_message_size),
+        ]
+        with self._cond:
+            addr = self.addr
+            offset = self.last_ts
+        channel = grpc.insecure_channel(addr, options=options)
+        try:
+            req = pump_pb2.PullBinlogReq(clusterID=self.cluster_id, startFrom=pump_pb2.Pos(offset=offset))
+            call = pump_pb2_grpc.PumpStub(channel).PullBinlogs(req, compression=self._compression)
+            with self._cond:
+                if self._closed or self._paused or addr != self.addr:
+                    call.cancel()
+                    return
+                self._call = call
+            log.debug("pulling node_id=%s addr=%s offset=%d", self.node_id, addr, offset)
+            for resp in call:
+                if not self._accept(resp):
+                    return
+            log.warning("pull stream of node_id=%s ended without an error; reconnecting", self.node_id)
+        except grpc.RpcError as exc:
+            self._stream_failed(addr, exc)
+        finally:
+            with self._cond:
+                call_now, self._call = self._call, None
+            if call_now is not None:
+                call_now.cancel()
+            channel.close()
+
+    def _stream_failed(self, addr: str, exc: grpc.RpcError) -> None:
+        with self._cond:
+            if self._closed or self._paused:
+                return  # we cancelled it
+            self._failures += 1
+            failures = self._failures
+        code_of = getattr(exc, "code", None)
+        details_of = getattr(exc, "details", None)
+        code = code_of().name if callable(code_of) else type(exc).__name__
+        details = details_of() if callable(details_of) else str(exc)
+        level = logging.WARNING if failures == 1 else logging.DEBUG
+        log.log(
+            level,
+            "pull stream of node_id=%s at %s failed (%s: %s); reconnecting every %.1fs from offset=%d",
+            self.node_id,
+            addr,
+            code,
+            details,
+            self._reconnect_interval,
+            self.last_ts,
+        )
+
+    def _accept(self, resp: pump_pb2.PullBinlogResp) -> bool:
+        """Parse one response and put it into the merger; False when the puller should stop."""
+        payload = resp.entity.payload
+        try:
+            binlog = binlog_pb2.Binlog.FromString(payload)
+        except DecodeError as exc:
+            raise PullerError(
+                f"pump {self.node_id} at {self.addr}: cannot unmarshal the binlog after offset={self.last_ts} "
+                f"(meta commit_ts={resp.entity.meta.commitTs}, {len(payload)} bytes): {exc}"
+            ) from exc
+        commit_ts = binlog.commit_ts
+        if self._failures:
+            log.info("pull stream of node_id=%s is back after %d failures", self.node_id, self._failures)
+            self._failures = 0
+        if commit_ts <= self.last_ts:
+            log.warning(
+                "pump node_id=%s sent commit_ts=%d not after offset=%d; skipped", self.node_id, commit_ts, self.last_ts
+            )
+            return True
+        size = len(payload)
+        if size >= LARGE_BINLOG_BYTES:
+            log.info("large binlog node_id=%s commit_ts=%d size=%d", self.node_id, commit_ts, size)
+        item = MergeItem(self.node_id, binlog, size)
+        while not self._merger.put(item, timeout=_PUT_SLICE):
+            with self._cond:
+                if self._closed or self._merger.closed:
+                    return False
+        self.last_ts = commit_ts
+        return True
