@@ -1,0 +1,309 @@
+"""drainer configuration: defaults < drainer.toml < DRAINER_* environment < flags (reference §3.11).
+
+Keys are the original `drainer.toml` ones (`[syncer]` lives in `config_syncer`), plus a few of ours:
+
+    status-addr              HTTP status / metrics address (grpcio cannot share a port with HTTP/1.1, DESIGN §4)
+    heartbeat-interval       status updates in etcd (original: fixed 1 s)
+    [syncer] safe-mode-duration, max-inflight-bytes, [[syncer.event-filter]], db-type = "sqlite",
+    [syncer.to] path
+
+`[syncer.to]` host / user / password / port that no file, DRAINER_* variable or flag sets come from
+MYSQL_HOST / MYSQL_USER / MYSQL_PSWD / MYSQL_PORT, as in the original; always load a `DrainerConfig`
+through `load_config` / `parse_args` to get that.
+
+Accepted but not honoured: `[security]`, `loopback-control`, db-type kafka / oracle, `encrypted_password`
+and checkpoint type oracle make `check_supported()` raise; `metrics-addr`, `metrics-interval`,
+`cache-binlog-count`, `load-schema-snapshot`, the deprecated `disable-dispatch` / `disable-detect` and the
+kafka keys are listed by `ignored_keys()` when set (the disable-* keys still take effect).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final, Literal
+
+from common.config import ArgumentParser, Duration, add_flags, at_least, env_name, flags_from_args, load
+from common.config.cli import CONFIG_FILE_DEST
+from common.errors import ConfigError
+from common.etcd import parse_endpoints
+from drainer.config_syncer import (
+    KAFKA_KEYS,
+    SQLITE_DOWNSTREAM_NAME,
+    UNSUPPORTED_DB_TYPES,
+    CheckpointConfig,
+    EventFilterRule,
+    RelayConfig,
+    SyncerConfig,
+    TableName,
+    ToConfig,
+)
+
+__all__ = [
+    "CheckpointConfig",
+    "DrainerConfig",
+    "EventFilterRule",
+    "RelayConfig",
+    "SecurityConfig",
+    "SyncerConfig",
+    "TableName",
+    "ToConfig",
+    "build_parser",
+    "load_config",
+    "parse_args",
+]
+
+ENV_PREFIX: Final = "DRAINER"
+
+DEFAULT_ADDR: Final = "127.0.0.1:8249"
+"""Original: first non-loopback IPv4 + :8249; its sample uses 127.0.0.1:8249."""
+DEFAULT_STATUS_ADDR: Final = "127.0.0.1:18249"
+"""Ours: HTTP status and metrics (the original served them on `addr` through cmux)."""
+DEFAULT_PD_URLS: Final = "http://127.0.0.1:2379"
+DEFAULT_DATA_DIR: Final = Path("data.drainer")
+DEFAULT_DETECT_INTERVAL: Final = 5.0
+"""Original code default (its sample and README say 10)."""
+DEFAULT_INITIAL_COMMIT_TS: Final = -1
+"""-1: start at the current PD TSO when there is no checkpoint."""
+DEFAULT_SYNCED_CHECK_TIME: Final = 5
+"""Minutes without anything to sync after which /status says Synced."""
+DEFAULT_HEARTBEAT_INTERVAL: Final = 1.0
+"""Ours as a key; the original's fixed 1 s."""
+DEFAULT_LOG_LEVEL: Final = "info"
+
+# (field name, TOML key) of [syncer.to] keys whose unset value comes from a MYSQL_* variable.
+_MYSQL_ENV: Final = (
+    ("host", "MYSQL_HOST"),
+    ("user", "MYSQL_USER"),
+    ("password", "MYSQL_PSWD"),
+    ("port", "MYSQL_PORT"),
+)
+
+LogLevel = Literal["debug", "info", "warn", "warning", "error", "fatal"]
+
+
+def _host_port(value: str) -> None:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError("must be host:port")
+
+
+def _etcd_urls(value: str) -> None:
+    parse_endpoints(value)
+
+
+def _positive(value: float) -> None:
+    if not value > 0:
+        raise ValueError("must be > 0")
+
+
+@dataclass(frozen=True)
+class SecurityConfig:
+    """`[security]`: parsed and kept; TLS itself is not supported yet (see `DrainerConfig.check_supported`)."""
+
+    ssl_ca: str = field(default="", metadata={"help": "CA certificate file (TLS: not supported yet)"})
+    ssl_cert: str = field(default="", metadata={"help": "certificate file (TLS: not supported yet)"})
+    ssl_key: str = field(default="", metadata={"help": "private key file (TLS: not supported yet)"})
+    cert_allowed_cn: tuple[str, ...] = field(default=(), metadata={"help": "allowed peer certificate CNs"})
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.ssl_ca or self.ssl_cert or self.ssl_key or self.cert_allowed_cn)
+
+
+_NO_PUSH: Final = "Prometheus push is not supported: scrape /metrics on status-addr"
+
+
+@dataclass(frozen=True)
+class DrainerConfig:
+    addr: str = field(default=DEFAULT_ADDR, metadata={"help": "gRPC listen address host:port", "validate": _host_port})
+    advertise_addr: str = field(default="", metadata={"help": "address registered in etcd (default: addr)"})
+    status_addr: str = field(
+        default=DEFAULT_STATUS_ADDR,
+        metadata={"help": "HTTP status and metrics address host:port", "validate": _host_port},
+    )
+    node_id: str = field(default="", metadata={"help": "node id (default: hostname:port)"})
+    data_dir: Path = field(default=DEFAULT_DATA_DIR, metadata={"help": "drainer data directory"})
+    detect_interval: Duration = field(
+        default=DEFAULT_DETECT_INTERVAL, metadata={"help": "interval of pump discovery", "validate": _positive}
+    )
+    pd_urls: str = field(
+        default=DEFAULT_PD_URLS, metadata={"help": "etcd endpoints of PD, comma separated", "validate": _etcd_urls}
+    )
+    initial_commit_ts: int = field(
+        default=DEFAULT_INITIAL_COMMIT_TS,
+        metadata={"help": "start here without a checkpoint (-1: current TSO)", "validate": at_least(-1)},
+    )
+    synced_check_time: int = field(
+        default=DEFAULT_SYNCED_CHECK_TIME,
+        metadata={"help": "minutes idle before /status says synced", "validate": at_least(0)},
+    )
+    compressor: Literal["", "gzip"] = field(default="", metadata={"help": "compression of PullBinlogs streams"})
+    heartbeat_interval: Duration = field(
+        default=DEFAULT_HEARTBEAT_INTERVAL,
+        metadata={"help": "interval of status updates in etcd (ours)", "validate": _positive},
+    )
+    log_level: LogLevel = field(default=DEFAULT_LOG_LEVEL, metadata={"help": "log level", "aliases": ("-L",)})
+    log_file: str = field(default="", metadata={"help": "log file (default: stderr)"})
+    metrics_addr: str | None = field(default=None, metadata={"help": "ignored: no Prometheus push"})
+    metrics_interval: int | None = field(default=None, metadata={"help": "ignored: no Prometheus push"})
+    cache_binlog_count: int | None = field(default=None, metadata={"help": "ignored: use [syncer] max-inflight-bytes"})
+    security: SecurityConfig = field(default_factory=SecurityConfig)
+    syncer: SyncerConfig = field(default_factory=SyncerConfig)
+
+    def validate(self) -> None:
+        host, _, port = self.advertise.rpartition(":")
+        if host in ("", "0.0.0.0", "::", "[::]") or not port.isdigit():
+            raise ConfigError(
+                f"invalid value for 'advertise-addr': {self.advertise!r} is not a host:port others can reach "
+                "(set advertise-addr when addr listens on all interfaces)"
+            )
+
+    @property
+    def advertise(self) -> str:
+        """The address registered in etcd: advertise-addr, else addr."""
+        return self.advertise_addr or self.addr
+
+    @property
+    def listen_port(self) -> int:
+        return int(self.addr.rpartition(":")[2])
+
+    @property
+    def file_dir(self) -> Path:
+        """The file sink directory: `[syncer.to] dir`, else data-dir."""
+        return Path(self.syncer.to.dir) if self.syncer.to.dir else self.data_dir
+
+    @property
+    def sqlite_path(self) -> Path:
+        """The sqlite sink database: `[syncer.to] path`, else <data-dir>/downstream.db."""
+        return Path(self.syncer.to.path) if self.syncer.to.path else self.data_dir / SQLITE_DOWNSTREAM_NAME
+
+    @property
+    def relay_enabled(self) -> bool:
+        return bool(self.syncer.relay.log_dir)
+
+    def ignored_keys(self) -> list[str]:
+        """One warning line per deprecated or unsupported key that is set."""
+        s = self.syncer
+        found: list[tuple[str, str]] = []
+        if self.metrics_addr is not None:
+            found.append(("metrics-addr", _NO_PUSH))
+        if self.metrics_interval is not None:
+            found.append(("metrics-interval", _NO_PUSH))
+        if self.cache_binlog_count is not None:
+            found.append(("cache-binlog-count", "memory is bounded by [syncer] max-inflight-bytes"))
+        if s.disable_dispatch is not None:
+            found.append(("syncer.disable-dispatch", "deprecated, use enable-dispatch; it still takes effect"))
+        if s.disable_detect is not None:
+            found.append(("syncer.disable-detect", "deprecated, use enable-detect; it still takes effect"))
+        if s.load_schema_snapshot:
+            found.append(("syncer.load-schema-snapshot", "the schema is always built from the DDL history"))
+        found.extend(
+            (f"syncer.to.{name.replace('_', '-')}", "kafka is not supported")
+            for name in KAFKA_KEYS
+            if getattr(s.to, name) is not None
+        )
+        return [f"config key '{key}' is ignored ({why})" for key, why in found]
+
+    def check_supported(self) -> None:
+        """Raise ConfigError for settings this version cannot honour (TLS, kafka, oracle, loopback)."""
+        s = self.syncer
+        if self.security.enabled:
+            raise ConfigError(
+                "[security] ssl-ca / ssl-cert / ssl-key / cert-allowed-cn are set, but TLS is not supported yet; "
+                "remove them to run without TLS"
+            )
+        if s.db_type in UNSUPPORTED_DB_TYPES:
+            raise ConfigError(
+                f"'syncer.db-type' = {s.db_type!r} is not supported by this version; use mysql, tidb, sqlite or file"
+            )
+        if s.to.checkpoint.type == "oracle":
+            raise ConfigError(
+                "'syncer.to.checkpoint.type' = 'oracle' is not supported; use mysql, tidb, sqlite or file"
+            )
+        if s.loopback_control:
+            raise ConfigError("'syncer.loopback-control' is not supported yet; set it to false")
+        if s.to.encrypted_password:
+            raise ConfigError("'syncer.to.encrypted_password' is not supported yet; set 'syncer.to.password' instead")
+
+
+# ----------------------------------------------------------------------------------------------- loading
+
+
+def load_config(
+    file: str | Path | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    flags: Mapping[str, object] | None = None,
+) -> DrainerConfig:
+    """Load and validate a DrainerConfig (env prefix DRAINER); raises ConfigError naming the bad key."""
+    cfg = load(DrainerConfig, file=file, env=env, env_prefix=ENV_PREFIX, flags=flags)
+    if not env:
+        return cfg
+    set_keys = _to_keys_set(file, env, flags)
+    changes: dict[str, object] = {}
+    for name, variable in _MYSQL_ENV:
+        if name in set_keys or variable not in env:
+            continue
+        raw = env[variable]
+        if name != "port":
+            changes[name] = raw
+            continue
+        try:
+            port = int(raw.strip())
+        except ValueError:
+            port = 0
+        if not 0 < port <= 65535:
+            raise ConfigError(
+                f"environment variable {variable}: invalid value for 'syncer.to.port': must be a port number "
+                f"1..65535 (got {raw!r})"
+            )
+        changes[name] = port
+    if not changes:
+        return cfg
+    to = dataclasses.replace(cfg.syncer.to, **changes)  # type: ignore[arg-type]
+    return dataclasses.replace(cfg, syncer=dataclasses.replace(cfg.syncer, to=to))
+
+
+def _to_keys_set(file: str | Path | None, env: Mapping[str, str], flags: Mapping[str, object] | None) -> set[str]:
+    """Which of `[syncer.to]` host/user/password/port a file, a DRAINER_* variable or a flag sets."""
+    found: set[str] = set()
+    table: object = {}
+    if file is not None:  # load() has read and checked it already
+        table = tomllib.loads(Path(file).read_text(encoding="utf-8")).get("syncer", {}).get("to", {})
+    for name, _ in _MYSQL_ENV:
+        dotted = f"syncer.to.{name}"
+        if (
+            (isinstance(table, dict) and name in table)
+            or env_name(ENV_PREFIX, dotted) in env
+            or (flags is not None and dotted in flags)
+        ):
+            found.add(name)
+    return found
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = ArgumentParser(
+        prog="drainer", description="TiDB-Binlog drainer: merges the pumps' binlogs and replicates them downstream"
+    )
+    add_flags(parser, DrainerConfig, env_prefix=ENV_PREFIX)
+    parser.add_argument("--print-config", action="store_true", help="print the effective config and exit")
+    return parser
+
+
+def parse_args(
+    argv: list[str] | None = None, env: Mapping[str, str] | None = None
+) -> tuple[DrainerConfig, argparse.Namespace]:
+    """Parse the command line and load the config; raises ConfigError (never exits)."""
+    args = build_parser().parse_args(argv)
+    cfg = load_config(
+        getattr(args, CONFIG_FILE_DEST, None),
+        env=os.environ if env is None else env,
+        flags=flags_from_args(args),
+    )
+    return cfg, args

@@ -1,0 +1,305 @@
+"""The `[syncer]` part of drainer.toml: filters, downstream (`[syncer.to]`), checkpoint, relay log.
+
+Key names and defaults are the original's (reference §3.11), plus ours:
+
+    [syncer] safe-mode-duration   how long safe mode is forced on after every start (original: fixed 5 min)
+    [syncer] max-inflight-bytes   bytes of binlogs held between the merger and the sink
+    [syncer] db-type = "sqlite"   our sqlite sink, writing `[syncer.to] path` (default <data-dir>/downstream.db)
+    [[syncer.event-filter]]       per-table DML / DDL event filters (see `EventFilterRule`); this replaces the
+                                  original's `[syncer.binlog-filter-rule.<name>]` + `[[syncer.table-migrate-rule]]`
+                                  pair, whose named-rule indirection our strict config has no shape for.
+
+Table-name patterns (`replicate-do-db`, `replicate-do-table`, `ignore-table`): a leading `~` makes the rest a
+regular expression (searched, not anchored); anything else is an exact name. Both match case-insensitively
+unless `case-sensitive = true`. Event-filter patterns are shell wildcards (`*`, `?`) or `~regex`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Final, Literal, get_args
+
+from common.config import ByteSize, Duration, at_least
+
+DbType = Literal["mysql", "tidb", "sqlite", "file", "pb", "kafka", "oracle", "flash"]
+CheckpointType = Literal["", "mysql", "tidb", "sqlite", "file", "oracle"]
+EventName = Literal[
+    "all",
+    "all dml",
+    "all ddl",
+    "insert",
+    "update",
+    "delete",
+    "create database",
+    "drop database",
+    "create table",
+    "drop table",
+    "truncate table",
+    "rename table",
+    "alter table",
+    "create index",
+    "drop index",
+    "create view",
+    "drop view",
+]
+EVENT_NAMES: Final[tuple[str, ...]] = get_args(EventName)
+
+UNSUPPORTED_DB_TYPES: Final = frozenset({"kafka", "oracle"})
+DEFAULT_DB_TYPE: Final = "mysql"
+DEFAULT_TXN_BATCH: Final = 20
+DEFAULT_WORKER_COUNT: Final = 16
+DEFAULT_SAFE_MODE_DURATION: Final = 300.0
+"""Ours: the original forces safe mode for a fixed 5 minutes after start."""
+DEFAULT_MAX_INFLIGHT_BYTES: Final = 256 * 1024**2
+"""Ours: memory is bounded by bytes (DESIGN §5); the original counted binlogs (cache-binlog-count = 8)."""
+DEFAULT_IGNORE_SCHEMAS: Final = "INFORMATION_SCHEMA,PERFORMANCE_SCHEMA,mysql"
+DEFAULT_RELAY_MAX_FILE_SIZE: Final = 10_485_760
+DEFAULT_TO_HOST: Final = "localhost"
+DEFAULT_TO_USER: Final = "root"
+DEFAULT_TO_PORT: Final = 3306
+DEFAULT_READ_TIMEOUT: Final = 60.0
+DEFAULT_CHECKPOINT_SCHEMA: Final = "tidb_binlog"
+DEFAULT_CHECKPOINT_TABLE: Final = "checkpoint"
+DEFAULT_CHECKPOINT_HOST: Final = "127.0.0.1"
+DEFAULT_CHECKPOINT_USER: Final = "root"
+DEFAULT_CHECKPOINT_PORT: Final = 3306
+SQLITE_DOWNSTREAM_NAME: Final = "downstream.db"
+
+
+# ----------------------------------------------------------------------------------------------- validators
+
+
+def _positive(value: float) -> None:
+    if not value > 0:
+        raise ValueError("must be > 0")
+
+
+def _port(value: int) -> None:
+    if not 0 < value <= 65535:
+        raise ValueError("must be a port number 1..65535")
+
+
+def _port_or_unset(value: int) -> None:
+    if value != 0:
+        _port(value)
+
+
+def _regex(text: str) -> None:
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise ValueError(f"bad regular expression {text!r}: {exc}") from None
+
+
+def name_pattern(value: str) -> None:
+    """A schema / table name pattern: non-empty; `~regex` must compile."""
+    if not value:
+        raise ValueError("must not be empty")
+    if value.startswith("~"):
+        if len(value) == 1:
+            raise ValueError("'~' must be followed by a regular expression")
+        _regex(value[1:])
+
+
+def _name_patterns(values: tuple[str, ...]) -> None:
+    for value in values:
+        name_pattern(value)
+
+
+def _regexes(values: tuple[str, ...]) -> None:
+    for value in values:
+        _regex(value)
+
+
+def split_schemas(value: str) -> tuple[str, ...]:
+    """The names of a comma-separated `ignore-schemas` value; ValueError on an empty element."""
+    if not value.strip():
+        return ()
+    names = tuple(part.strip() for part in value.split(","))
+    if any(not name for name in names):
+        raise ValueError("empty schema name in the comma-separated list")
+    return names
+
+
+def _db_type(value: str) -> None:
+    if value == "flash":
+        raise ValueError("the flash DestDBType is no longer supported")
+
+
+# ----------------------------------------------------------------------------------------------- sections
+
+
+@dataclass(frozen=True)
+class TableName:
+    """One `[[syncer.replicate-do-table]]` / `[[syncer.ignore-table]]` entry."""
+
+    db_name: str = field(default="", metadata={"validate": name_pattern})
+    tbl_name: str = field(default="", metadata={"validate": name_pattern})
+
+
+@dataclass(frozen=True)
+class EventFilterRule:
+    """`[[syncer.event-filter]]`: drop DML rows or DDLs of matching tables (ours; see the module doc).
+
+    schema-pattern / table-pattern: shell wildcards (`*`, `?`) or `~regex`; "*" matches every name, including
+    the empty table name of a database-level DDL. ignore-event: event names (EVENT_NAMES). ignore-sql:
+    regular expressions searched in DDL query text. Several matching rules add up.
+    """
+
+    schema_pattern: str = field(default="*", metadata={"validate": name_pattern})
+    table_pattern: str = field(default="*", metadata={"validate": name_pattern})
+    ignore_event: tuple[EventName, ...] = ()
+    ignore_sql: tuple[str, ...] = field(default=(), metadata={"validate": _regexes})
+
+    def validate(self) -> None:
+        if not self.ignore_event and not self.ignore_sql:
+            raise ValueError("an event-filter rule needs ignore-event or ignore-sql")
+
+
+@dataclass(frozen=True)
+class RelayConfig:
+    """`[syncer.relay]`: accepted and kept; empty log-dir = no relay log."""
+
+    log_dir: str = field(default="", metadata={"help": "relay log directory (empty: relay log off)"})
+    max_file_size: ByteSize = field(
+        default=DEFAULT_RELAY_MAX_FILE_SIZE, metadata={"help": "relay log file size", "validate": _positive}
+    )
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """`[syncer.to.checkpoint]`: where the checkpoint lives; empty type = chosen by db-type.
+
+    For an explicit mysql/tidb type, empty host/user and port 0 mean 127.0.0.1, root and 3306.
+    """
+
+    type: CheckpointType = field(default="", metadata={"help": "checkpoint store (empty: by db-type)"})
+    schema: str = field(default=DEFAULT_CHECKPOINT_SCHEMA, metadata={"help": "checkpoint schema"})
+    table: str = field(default=DEFAULT_CHECKPOINT_TABLE, metadata={"help": "checkpoint table"})
+    host: str = field(default="", metadata={"help": "checkpoint MySQL host (explicit type only)"})
+    user: str = field(default="", metadata={"help": "checkpoint MySQL user"})
+    password: str = field(default="", metadata={"help": "checkpoint MySQL password"})
+    port: int = field(default=0, metadata={"help": "checkpoint MySQL port", "validate": _port_or_unset})
+
+    def validate(self) -> None:
+        if not self.schema:
+            raise ValueError("'syncer.to.checkpoint.schema' must not be empty")
+        if not self.table:
+            raise ValueError("'syncer.to.checkpoint.table' must not be empty")
+
+
+@dataclass(frozen=True)
+class ToConfig:
+    """`[syncer.to]`: the downstream.
+
+    host/user/password/port default to the MYSQL_HOST / MYSQL_USER / MYSQL_PSWD / MYSQL_PORT environment
+    variables, else localhost / root / "" / 3306 (see `drainer.config.load_config`).
+    """
+
+    host: str = field(default=DEFAULT_TO_HOST, metadata={"help": "downstream MySQL host [env MYSQL_HOST]"})
+    user: str = field(default=DEFAULT_TO_USER, metadata={"help": "downstream MySQL user [env MYSQL_USER]"})
+    password: str = field(default="", metadata={"help": "downstream MySQL password [env MYSQL_PSWD]"})
+    encrypted_password: str = field(
+        default="", metadata={"key": "encrypted_password", "help": "not supported yet: use password"}
+    )
+    port: int = field(
+        default=DEFAULT_TO_PORT, metadata={"help": "downstream MySQL port [env MYSQL_PORT]", "validate": _port}
+    )
+    sync_mode: Literal[1, 2] = field(default=1, metadata={"help": "1 = full columns, 2 = partial columns"})
+    read_timeout: Duration = field(
+        default=DEFAULT_READ_TIMEOUT, metadata={"help": "downstream read timeout", "validate": _positive}
+    )
+    params: dict[str, str] = field(
+        default_factory=dict, metadata={"help": "extra downstream session variables (name=value)"}
+    )
+    merge: bool = field(default=False, metadata={"help": "merge rows by primary key before applying"})
+    dir: str = field(default="", metadata={"help": "file sink directory (empty: data-dir)"})
+    retention_time: int = field(
+        default=0, metadata={"help": "file sink: days to keep files, 0 = forever", "validate": at_least(0)}
+    )
+    path: str = field(default="", metadata={"help": "sqlite sink database file (empty: <data-dir>/downstream.db)"})
+    kafka_addrs: str | None = field(default=None, metadata={"help": "ignored: kafka is not supported"})
+    zookeeper_addrs: str | None = field(default=None, metadata={"help": "ignored: kafka is not supported"})
+    kafka_version: str | None = field(default=None, metadata={"help": "ignored: kafka is not supported"})
+    kafka_max_messages: int | None = field(default=None, metadata={"help": "ignored: kafka is not supported"})
+    kafka_max_message_size: int | None = field(default=None, metadata={"help": "ignored: kafka is not supported"})
+    kafka_client_id: str | None = field(default=None, metadata={"help": "ignored: kafka is not supported"})
+    topic_name: str | None = field(default=None, metadata={"help": "ignored: kafka is not supported"})
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+
+
+KAFKA_KEYS: Final = (
+    "kafka_addrs",
+    "zookeeper_addrs",
+    "kafka_version",
+    "kafka_max_messages",
+    "kafka_max_message_size",
+    "kafka_client_id",
+    "topic_name",
+)
+
+
+@dataclass(frozen=True)
+class SyncerConfig:
+    sql_mode: str | None = field(default=None, metadata={"help": "downstream sql_mode (default: unset)"})
+    txn_batch: int = field(
+        default=DEFAULT_TXN_BATCH,
+        metadata={"help": "rows per downstream transaction", "validate": at_least(1), "aliases": ("--txn-batch",)},
+    )
+    worker_count: int = field(
+        default=DEFAULT_WORKER_COUNT,
+        metadata={"help": "parallel downstream workers", "validate": at_least(1), "aliases": ("-c",)},
+    )
+    sync_ddl: bool = field(default=True, metadata={"help": "execute DDLs downstream"})
+    loopback_control: bool = field(default=False, metadata={"help": "not supported yet"})
+    channel_id: int = field(default=0, metadata={"help": "loopback channel id (not supported yet)"})
+    safe_mode: bool = field(
+        default=False, metadata={"help": "REPLACE / DELETE+REPLACE rendering", "aliases": ("--safe-mode",)}
+    )
+    safe_mode_duration: Duration = field(
+        default=DEFAULT_SAFE_MODE_DURATION,
+        metadata={"help": "safe mode is forced on this long after every start (ours)", "validate": at_least(0)},
+    )
+    max_inflight_bytes: ByteSize = field(
+        default=DEFAULT_MAX_INFLIGHT_BYTES,
+        metadata={"help": "binlog bytes held between merger and sink (ours)", "validate": _positive},
+    )
+    db_type: DbType = field(
+        default=DEFAULT_DB_TYPE,
+        metadata={"help": "downstream type", "validate": _db_type, "aliases": ("--dest-db-type",)},
+    )
+    ignore_txn_commit_ts: tuple[int, ...] = field(default=(), metadata={"help": "commit_ts values to skip"})
+    ignore_schemas: str = field(
+        default=DEFAULT_IGNORE_SCHEMAS,
+        metadata={"help": "comma-separated schemas to skip", "validate": split_schemas},
+    )
+    ignore_table: tuple[TableName, ...] = ()
+    replicate_do_db: tuple[str, ...] = field(
+        default=(),
+        metadata={"help": "replicate only these schemas (with replicate-do-table)", "validate": _name_patterns},
+    )
+    replicate_do_table: tuple[TableName, ...] = ()
+    event_filter: tuple[EventFilterRule, ...] = ()
+    enable_dispatch: bool = field(default=True, metadata={"help": "split transactions over workers"})
+    disable_dispatch: bool | None = field(default=None, metadata={"help": "deprecated: use enable-dispatch"})
+    enable_detect: bool = field(default=True, metadata={"help": "causality detection between workers"})
+    disable_detect: bool | None = field(default=None, metadata={"help": "deprecated: use enable-detect"})
+    load_schema_snapshot: bool = field(default=False, metadata={"help": "not supported: ignored"})
+    case_sensitive: bool = field(default=False, metadata={"help": "match filter patterns case-sensitively"})
+    relay: RelayConfig = field(default_factory=RelayConfig)
+    to: ToConfig = field(default_factory=ToConfig)
+
+    @property
+    def dispatch(self) -> bool:
+        """enable-dispatch, unless the deprecated disable-dispatch is set (it wins, as in the original)."""
+        return not self.disable_dispatch if self.disable_dispatch is not None else self.enable_dispatch
+
+    @property
+    def detect(self) -> bool:
+        """enable-detect, unless the deprecated disable-detect is set (it wins, as in the original)."""
+        return not self.disable_detect if self.disable_detect is not None else self.enable_detect
+
+    @property
+    def ignore_schema_names(self) -> tuple[str, ...]:
+        return split_schemas(self.ignore_schemas)

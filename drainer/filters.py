@@ -1,0 +1,247 @@
+"""Which binlogs, tables, rows and DDLs the drainer replicates (reference §3.10); pure, no I/O.
+
+Table filter (`skip_table`; `skip_schema` for database-level DDLs), as the original's `pkg/filter`:
+
+1. allow-list: when `replicate-do-db` or `replicate-do-table` is set, a table passes only if it matches a
+   do-table entry **or** its schema matches a do-db entry;
+2. deny-list: then a table that matches an `ignore-table` entry or whose schema is in `ignore-schemas` is
+   skipped;
+3. the checkpoint schema (`tidb_binlog`, and the configured `[syncer.to.checkpoint] schema`) is always skipped.
+
+A name pattern starting with `~` is a regular expression, searched (not anchored); anything else is an exact
+name. Matching ignores case unless `case-sensitive` (ours: the original always ignored case here).
+
+Event filter (`skip_dml`, `skip_ddl`): `[[syncer.event-filter]]` rules whose schema-pattern and
+table-pattern (shell wildcards or `~regex`) match drop DML rows by type (`insert`, `update`, `delete`,
+`all dml`, `all`) and DDLs by type (`all ddl`, `all`, `create table`, ... classified from the query text) or
+by a regular expression searched in the query (`ignore-sql`). `skip_dml` and `skip_ddl` look only at these
+rules: call `skip_table` first. The syncer treats the two differently for DDLs (a table-filtered DDL is not
+sent at all; a rule-filtered one is sent with `DDL.skip = True`, so SQL sinks still evict their caches).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Final
+
+from drainer.config import DrainerConfig
+from drainer.config_syncer import DEFAULT_CHECKPOINT_SCHEMA, EventFilterRule, TableName
+from drainer.events import DMLType
+
+__all__ = ["CHECKPOINT_SCHEMA", "Filter", "NamePattern", "ddl_event"]
+
+CHECKPOINT_SCHEMA: Final = DEFAULT_CHECKPOINT_SCHEMA
+
+_DML_EVENTS: Final = {DMLType.INSERT: "insert", DMLType.UPDATE: "update", DMLType.DELETE: "delete"}
+
+_LEADING_COMMENTS = re.compile(r"\A(?:\s+|/\*.*?\*/|(?:--|#)[^\n]*(?:\n|\Z))*", re.DOTALL)
+_DDL_KINDS: Final = (
+    ("create database", re.compile(r"create\s+(?:database|schema)\b", re.IGNORECASE)),
+    ("drop database", re.compile(r"drop\s+(?:database|schema)\b", re.IGNORECASE)),
+    (
+        "create view",
+        re.compile(
+            r"create\s+(?:or\s+replace\s+)?(?:algorithm\s*=\s*\w+\s+)?(?:definer\s*=\s*\S+\s+)?"
+            r"(?:sql\s+security\s+\w+\s+)?view\b",
+            re.IGNORECASE,
+        ),
+    ),
+    ("drop view", re.compile(r"drop\s+view\b", re.IGNORECASE)),
+    ("create table", re.compile(r"create\s+(?:temporary\s+)?table\b", re.IGNORECASE)),
+    ("drop table", re.compile(r"drop\s+(?:temporary\s+)?tables?\b", re.IGNORECASE)),
+    ("truncate table", re.compile(r"truncate\b", re.IGNORECASE)),
+    ("rename table", re.compile(r"rename\s+tables?\b", re.IGNORECASE)),
+    ("create index", re.compile(r"create\s+(?:unique\s+|fulltext\s+|spatial\s+)?index\b", re.IGNORECASE)),
+    ("drop index", re.compile(r"drop\s+index\b", re.IGNORECASE)),
+    ("alter table", re.compile(r"alter\s+(?:online\s+|ignore\s+)*table\b", re.IGNORECASE)),
+)
+
+
+def ddl_event(query: str) -> str | None:
+    """The event name of a DDL query ("create table", "alter table", ...), or None if it has none of ours."""
+    lead = _LEADING_COMMENTS.match(query)
+    text = query[lead.end() :] if lead else query
+    for name, pattern in _DDL_KINDS:
+        if pattern.match(text):
+            return name
+    return None
+
+
+class NamePattern:
+    """One schema or table name pattern: exact name, `~regex`, or (wildcards=True) a shell wildcard."""
+
+    __slots__ = ("_case_sensitive", "_exact", "_regex", "text")
+
+    def __init__(self, text: str, *, case_sensitive: bool = False, wildcards: bool = False) -> None:
+        self.text = text
+        self._case_sensitive = case_sensitive
+        flags = 0 if case_sensitive else re.IGNORECASE
+        self._exact = text if case_sensitive else text.casefold()
+        self._regex: re.Pattern[str] | None = None
+        if text.startswith("~"):
+            self._regex = re.compile(text[1:], flags)
+        elif wildcards and any(ch in text for ch in "*?["):
+            self._regex = re.compile(fnmatch.translate(text), flags)
+
+    def matches(self, name: str) -> bool:
+        if self._regex is not None:
+            return self._regex.search(name) is not None
+        return (name if self._case_sensitive else name.casefold()) == self._exact
+
+    def __repr__(self) -> str:
+        return f"NamePattern({self.text!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class _TablePattern:
+    db: NamePattern
+    table: NamePattern
+
+    def matches(self, db: str, table: str) -> bool:
+        return self.db.matches(db) and self.table.matches(table)
+
+
+@dataclass(frozen=True, slots=True)
+class _EventRule:
+    where: _TablePattern
+    events: frozenset[str]
+    sql: tuple[re.Pattern[str], ...]
+
+
+class Filter:
+    """The drainer's filters, built once from the config (`Filter.from_config`)."""
+
+    def __init__(
+        self,
+        *,
+        ignore_schemas: Iterable[str] = (),
+        ignore_tables: Iterable[TableName] = (),
+        do_dbs: Iterable[str] = (),
+        do_tables: Iterable[TableName] = (),
+        ignore_txn_commit_ts: Iterable[int] = (),
+        event_rules: Iterable[EventFilterRule] = (),
+        case_sensitive: bool = False,
+        internal_schemas: Iterable[str] = (CHECKPOINT_SCHEMA,),
+    ) -> None:
+        cs = case_sensitive
+
+        def names(patterns: Iterable[str]) -> tuple[NamePattern, ...]:
+            return tuple(NamePattern(p, case_sensitive=cs) for p in patterns)
+
+        def tables(entries: Iterable[TableName]) -> tuple[_TablePattern, ...]:
+            return tuple(
+                _TablePattern(NamePattern(t.db_name, case_sensitive=cs), NamePattern(t.tbl_name, case_sensitive=cs))
+                for t in entries
+            )
+
+        self._ignore_dbs = names(ignore_schemas)
+        self._ignore_tables = tables(ignore_tables)
+        self._do_dbs = names(do_dbs)
+        self._do_tables = tables(do_tables)
+        self._internal = frozenset(s.casefold() for s in internal_schemas)
+        self._ignore_ts = frozenset(ignore_txn_commit_ts)
+        flags = 0 if cs else re.IGNORECASE
+        self._rules = tuple(
+            _EventRule(
+                _TablePattern(
+                    NamePattern(r.schema_pattern, case_sensitive=cs, wildcards=True),
+                    NamePattern(r.table_pattern, case_sensitive=cs, wildcards=True),
+                ),
+                frozenset(r.ignore_event),
+                tuple(re.compile(s, flags) for s in r.ignore_sql),
+            )
+            for r in event_rules
+        )
+        self._table_cache: dict[tuple[str, str], bool] = {}
+        self._dml_cache: dict[tuple[str, str, DMLType], bool] = {}
+
+    @classmethod
+    def from_config(cls, cfg: DrainerConfig) -> Filter:
+        s = cfg.syncer
+        return cls(
+            ignore_schemas=s.ignore_schema_names,
+            ignore_tables=s.ignore_table,
+            do_dbs=s.replicate_do_db,
+            do_tables=s.replicate_do_table,
+            ignore_txn_commit_ts=s.ignore_txn_commit_ts,
+            event_rules=s.event_filter,
+            case_sensitive=s.case_sensitive,
+            internal_schemas={CHECKPOINT_SCHEMA, s.to.checkpoint.schema},
+        )
+
+    # ------------------------------------------------------------------------------------------ tables
+
+    def skip_table(self, db: str, table: str) -> bool:
+        """True if changes of `db`.`table` are not replicated (table "" = the schema itself)."""
+        key = (db, table)
+        cached = self._table_cache.get(key)
+        if cached is None:
+            cached = self._table_cache[key] = self._skip_table(db, table)
+        return cached
+
+    def _skip_table(self, db: str, table: str) -> bool:
+        if db.casefold() in self._internal:
+            return True
+        if (self._do_dbs or self._do_tables) and not (
+            any(p.matches(db, table) for p in self._do_tables) or any(p.matches(db) for p in self._do_dbs)
+        ):
+            return True
+        return any(p.matches(db, table) for p in self._ignore_tables) or any(p.matches(db) for p in self._ignore_dbs)
+
+    def skip_schema(self, db: str) -> bool:
+        """True if database-level DDLs of `db` (CREATE / DROP / ALTER DATABASE) are not replicated.
+
+        The schema passes the allow-list when a do-db matches it or a do-table names it (its tables need
+        it); then ignore-schemas applies (ignore-table entries name tables, so they do not). Pass the
+        database the DDL is about, also for CREATE DATABASE (`Job.schema_name`).
+        """
+        key = (db, "\0schema")
+        cached = self._table_cache.get(key)
+        if cached is None:
+            cached = self._table_cache[key] = self._skip_schema(db)
+        return cached
+
+    def _skip_schema(self, db: str) -> bool:
+        if db.casefold() in self._internal:
+            return True
+        if (self._do_dbs or self._do_tables) and not (
+            any(p.db.matches(db) for p in self._do_tables) or any(p.matches(db) for p in self._do_dbs)
+        ):
+            return True
+        return any(p.matches(db) for p in self._ignore_dbs)
+
+    def skip_txn(self, commit_ts: int) -> bool:
+        """True if the whole transaction is skipped (`ignore-txn-commit-ts`)."""
+        return commit_ts in self._ignore_ts
+
+    # ------------------------------------------------------------------------------------------ events
+
+    def skip_dml(self, db: str, table: str, dml_type: DMLType) -> bool:
+        """True if an event-filter rule drops `dml_type` rows of `db`.`table` (table filters not included)."""
+        if not self._rules:
+            return False
+        key = (db, table, dml_type)
+        cached = self._dml_cache.get(key)
+        if cached is None:
+            event = _DML_EVENTS[dml_type]
+            cached = self._dml_cache[key] = any(
+                rule.where.matches(db, table) and not rule.events.isdisjoint((event, "all dml", "all"))
+                for rule in self._rules
+            )
+        return cached
+
+    def skip_ddl(self, db: str, table: str, query: str) -> bool:
+        """True if an event-filter rule drops this DDL, by its type or an `ignore-sql` regex."""
+        if not self._rules:
+            return False
+        event = ddl_event(query)
+        wanted = {"all ddl", "all"} if event is None else {event, "all ddl", "all"}
+        for rule in self._rules:
+            if not rule.where.matches(db, table):
+                continue
+            if not rule.events.isdisjoint(wanted) or any(p.search(query) for p in rule.sql):
+                return True
+        return False
