@@ -1,0 +1,327 @@
+"""The MySQL sink: transactions -> a MySQL/MariaDB/TiDB downstream through the :class:`Loader` (pymysql).
+
+Sessions (reference §3.5): ``charset utf8mb4``, autocommit off, multi-statements on,
+``read_timeout``, ``time_zone = '+00:00'`` unless ``params`` sets ``time_zone`` (an offset or a
+zone name; TIMESTAMP values are then sent as that zone's wall clock; ``SYSTEM`` is refused), the optional
+``sql_mode``, then every ``params`` entry as ``SET SESSION name = value`` (a number or a quoted
+value is used as written, anything else becomes a string literal).  On TiDB also
+``allow_auto_random_explicit_insert = 1``, ``tidb_txn_mode = 'optimistic'`` and
+``tidb_placement_mode = 'ignore'``.
+
+A chunk of DMLs goes out in as few round trips as the packet size allows: the rendered
+statements, interpolated by pymysql, joined with ``;`` and ended by ``COMMIT``, normally in
+one query.  A DDL runs as ``USE `db```; ``<query>`` (CREATE DATABASE without USE); the errors of
+:data:`IGNORABLE_DDL_ERRORS` (exists / does not exist) are logged and ignored.  Lost
+connections, deadlocks and lock wait timeouts are retriable (:data:`RETRIABLE_ERRORS`); the
+connection is re-opened on the next try.  ``DDL.skip`` is not executed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+import re
+import zoneinfo
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pymysql
+from pymysql.constants import CLIENT
+
+from common.errors import ConfigError
+from common.schema.model import JobType
+from drainer.events import DDL, DML, Txn
+from drainer.loader import (
+    DEFAULT_MAX_INFLIGHT_BYTES,
+    DEFAULT_TXN_BATCH,
+    DEFAULT_WORKER_COUNT,
+    ExecError,
+    Executor,
+    Loader,
+)
+from drainer.sinks.base import OnSuccess, Sink, SinkError
+from drainer.sql import Renderer
+
+log = logging.getLogger(__name__)
+
+__all__ = ["IGNORABLE_DDL_ERRORS", "RETRIABLE_ERRORS", "MySQLSink"]
+
+if TYPE_CHECKING:
+    Connection = pymysql.connections.Connection[Any]
+
+IGNORABLE_DDL_ERRORS = frozenset({1007, 1008, 1049, 1050, 1051, 1054, 1060, 1061, 1091, 1146, 1176})
+"""Database/table/column/key exists or does not exist (original ``pkg/sql IgnoreDDLError``)."""
+CONNECTION_ERRORS = frozenset({2003, 2006, 2013, 2055, 1053, 1927, 1040})
+"""Can't connect, server gone, lost connection, shutdown, connection killed, too many connections."""
+RETRIABLE_ERRORS = CONNECTION_ERRORS | {1205, 1213}
+"""Plus lock wait timeout and deadlock."""
+CONNECT_TIMEOUT = 10.0
+DEFAULT_READ_TIMEOUT = 60.0
+STATEMENT_IN_ERROR = 300
+"""Characters of a failing statement quoted in an error."""
+_OFFSET = re.compile(r"^([+-]?)(\d{1,2}):(\d{2})$")
+_LITERAL = re.compile(r"^(-?\d+(\.\d+)?|'.*'|\".*\")$", re.DOTALL)
+
+
+def _code(exc: BaseException) -> int:
+    args: tuple[Any, ...] = exc.args
+    return args[0] if args and isinstance(args[0], int) else 0
+
+
+def _describe(exc: BaseException) -> str:
+    code = _code(exc)
+    args: tuple[Any, ...] = exc.args
+    msg = args[1] if len(args) > 1 else str(exc)
+    return f"MySQL error {code}: {msg}" if code else f"{type(exc).__name__}: {exc}"
+
+
+def session_time_zone(params: Mapping[str, str]) -> dt.tzinfo | None:
+    """The tzinfo of a ``time_zone`` in ``params`` (an offset ``+08:00`` or a zone name), None without one."""
+    text = next((str(v).strip().strip("'\"") for k, v in params.items() if k.strip().lower() == "time_zone"), None)
+    if text is None:
+        return None
+    m = _OFFSET.match(text)
+    if m:
+        sign = -1 if m.group(1) == "-" else 1
+        return dt.timezone(sign * dt.timedelta(hours=int(m.group(2)), minutes=int(m.group(3))))
+    if text.upper() in ("SYSTEM", "LOCAL"):
+        raise ConfigError(f"time_zone {text!r} is not supported downstream: give an offset (+08:00) or a zone name")
+    try:
+        return zoneinfo.ZoneInfo(text)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
+        raise ConfigError(f"time_zone {text!r}: unknown time zone ({exc})") from None
+
+
+def _session_value(conn: Connection, value: str) -> str:
+    """A ``params`` value as SQL: numbers and quoted text as written, anything else quoted."""
+    text = str(value).strip()
+    return text if _LITERAL.match(text) else str(conn.escape(text))
+
+
+def _close(cur: pymysql.cursors.Cursor) -> None:
+    """Close a cursor; on a broken connection that may fail, which must not hide the real error."""
+    with contextlib.suppress(Exception):
+        cur.close()
+
+
+class _MySQLExecutor:
+    """One worker's connection: renders, sends and commits chunks; runs DDL."""
+
+    def __init__(self, connect: Callable[[], Connection], tz: dt.tzinfo | None) -> None:
+        self._connect = connect
+        self._conn: Connection | None = None
+        self._renderer = Renderer("mysql", tz=tz)
+        self._max_query = 1 << 20
+        self._conn = self._connection()
+
+    def _connection(self) -> Connection:
+        if self._conn is None:
+            conn = self._connect()
+            cur = conn.cursor()
+            try:
+                cur.execute("SELECT @@max_allowed_packet")
+                row = cur.fetchone()
+            finally:
+                cur.close()
+            packet = int(row[0]) if row else 4 << 20
+            self._max_query = max(64 << 10, packet // 4)  # len() counts characters, up to 4 bytes each
+            self._conn = conn
+        return self._conn
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
+
+    def _rollback(self) -> None:
+        if self._conn is None:
+            return
+        try:
+            self._conn.rollback()
+        except pymysql.err.Error:
+            self._drop()
+
+    def _error(self, exc: pymysql.err.Error, what: str) -> ExecError:
+        code = _code(exc)
+        if code in CONNECTION_ERRORS or isinstance(exc, pymysql.err.InterfaceError):
+            self._drop()
+            return ExecError(f"{what}: {_describe(exc)}", retriable=True)
+        self._rollback()
+        return ExecError(f"{what}: {_describe(exc)}", retriable=code in RETRIABLE_ERRORS)
+
+    def execute_dmls(self, dmls: Sequence[DML], safe_mode: bool) -> None:
+        stmts = self._renderer.render(dmls, safe_mode)
+        try:
+            conn = self._connection()
+        except pymysql.err.Error as exc:
+            raise self._error(exc, "connect") from exc
+        cur = conn.cursor()
+        texts: list[str] = []
+        done = 0
+        try:
+            texts = [cur.mogrify(sql, params) for sql, params in stmts]
+            texts.append("COMMIT")
+            limit = self._max_query
+            i = 0
+            while i < len(texts):
+                j = i + 1
+                size = len(texts[i])
+                while j < len(texts) and size + len(texts[j]) + 1 <= limit:
+                    size += len(texts[j]) + 1
+                    j += 1
+                cur.execute(";".join(texts[i:j]) if j > i + 1 else texts[i])
+                done += 1
+                while cur.nextset():
+                    done += 1
+                i = j
+        except pymysql.err.Error as exc:
+            bad = texts[done] if done < len(texts) else "?"
+            if len(bad) > STATEMENT_IN_ERROR:
+                bad = bad[:STATEMENT_IN_ERROR] + "..."
+            raise self._error(exc, f"statement {done + 1} of {len(texts)} {bad!r}") from exc
+        finally:
+            _close(cur)
+
+    def execute_ddl(self, ddl: DDL, commit_ts: int) -> None:
+        try:
+            conn = self._connection()
+        except pymysql.err.Error as exc:
+            raise self._error(exc, "connect") from exc
+        cur = conn.cursor()
+        try:
+            if ddl.db and ddl.job.type != JobType.CREATE_SCHEMA:
+                cur.execute("USE " + "`" + ddl.db.replace("`", "``") + "`")
+            cur.execute(ddl.query)
+            while cur.nextset():
+                pass
+            conn.commit()
+            log.info("executed DDL commit_ts=%d db=%s query=%r", commit_ts, ddl.db, ddl.query)
+        except pymysql.err.Error as exc:
+            if _code(exc) in IGNORABLE_DDL_ERRORS:
+                self._rollback()
+                log.warning("ignored DDL error commit_ts=%d query=%r: %s", commit_ts, ddl.query, _describe(exc))
+                return
+            raise self._error(exc, f"{ddl.query!r} failed") from exc
+        finally:
+            _close(cur)
+
+    def close(self) -> None:
+        self._drop()
+
+
+class MySQLSink(Sink):
+    """Replicates into MySQL-compatible databases (database names as upstream)."""
+
+    name = "mysql"
+    safe_mode_aware = True
+
+    def __init__(
+        self,
+        *,
+        host: str,
+        port: int,
+        user: str,
+        password: str,
+        params: Mapping[str, str] | None = None,
+        worker_count: int = DEFAULT_WORKER_COUNT,
+        txn_batch: int = DEFAULT_TXN_BATCH,
+        safe_mode: bool = False,
+        max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES,
+        sql_mode: str | None = None,
+        read_timeout: float = DEFAULT_READ_TIMEOUT,
+        enable_detect: bool = True,
+        enable_dispatch: bool = True,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.user = user
+        self._password = password
+        self.params = dict(params or {})
+        self.tz = session_time_zone(self.params)
+        self.sql_mode = sql_mode
+        self.read_timeout = read_timeout
+        self.loader = Loader(
+            self._executor,
+            worker_count=worker_count,
+            txn_batch=txn_batch,
+            max_inflight_bytes=max_inflight_bytes,
+            safe_mode=safe_mode,
+            enable_detect=enable_detect,
+            enable_dispatch=enable_dispatch,
+            name=f"mysql-sink {self.where}",
+        )
+
+    @property
+    def where(self) -> str:
+        return f"{self.user}@{self.host}:{self.port}"
+
+    def _session_sql(self, conn: Connection) -> list[str]:
+        params = {k.strip(): v for k, v in self.params.items()}
+        lowered = {k.lower() for k in params}
+        sets: list[str] = []
+        if "time_zone" not in lowered:
+            sets.append("time_zone = '+00:00'")
+        if self.sql_mode is not None:
+            sets.append(f"sql_mode = {conn.escape(self.sql_mode)}")
+        sets += [f"{k} = {_session_value(conn, v)}" for k, v in params.items()]
+        stmts = ["SET SESSION " + ", ".join(sets)] if sets else []
+        if "tidb" in str(getattr(conn, "server_version", "")).lower():
+            stmts.append(
+                "SET SESSION allow_auto_random_explicit_insert = 1, tidb_txn_mode = 'optimistic', "
+                "tidb_placement_mode = 'ignore'"
+            )
+        return stmts
+
+    def connect(self) -> Connection:
+        """A new downstream session with the settings above (autocommit off)."""
+        conn = pymysql.connect(
+            host=self.host,
+            port=self.port,
+            user=self.user,
+            password=self._password,
+            charset="utf8mb4",
+            autocommit=False,
+            client_flag=CLIENT.MULTI_STATEMENTS,
+            connect_timeout=CONNECT_TIMEOUT,
+            read_timeout=self.read_timeout,
+            write_timeout=self.read_timeout,
+        )
+        try:
+            cur = conn.cursor()
+            try:
+                for sql in self._session_sql(conn):
+                    cur.execute(sql)
+            finally:
+                cur.close()
+            conn.commit()
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _executor(self, index: int) -> Executor:
+        try:
+            return _MySQLExecutor(self.connect, self.tz)
+        except pymysql.err.Error as exc:
+            raise SinkError(f"mysql sink: cannot connect to {self.where}: {_describe(exc)}") from exc
+
+    # ------------------------------------------------------------------ Sink
+    def start(self, on_success: OnSuccess) -> None:
+        self.loader.start(on_success)
+
+    def add(self, txn: Txn) -> None:
+        self.loader.add(txn)
+
+    def flush(self, timeout: float | None = None) -> None:
+        self.loader.flush(timeout)
+
+    def close(self) -> None:
+        self.loader.close()
+
+    def error(self) -> BaseException | None:
+        return self.loader.error()
+
+    def set_safe_mode(self, on: bool) -> None:
+        self.loader.set_safe_mode(on)
