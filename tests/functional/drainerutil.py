@@ -1,0 +1,189 @@
+"""A whole cluster for drainer end-to-end tests: etcd, pd-server, pumps, the writer, drainers.
+
+Everything is a real process on loopback except the writer (`upstream.Database`, in this
+process, on an sqlite store whose txn-status table the pumps read).  Downstream is MariaDB
+(the `mysql_server` fixture) or an sqlite file.  Logical database names are unique per test,
+so the downstream databases never collide; `close()` drops them and this cluster's checkpoint
+row.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import pymysql
+
+from common.dsn import MySQLDSN
+from common.etcd import EtcdClient
+from common.pb import binlog_pb2
+from common.pd_client import TSOClient, read_cluster_id
+from pump_client import PumpsClient
+from tests.functional.pumputil import PumpClient
+from tools.localcluster import DrainerProcess, EtcdProcess, PDProcess, PumpProcess
+from tools.procs import wait_for
+from upstream.database import Database
+
+PUMP_FAST = ["--gen-binlog-interval", "1", "--heartbeat-interval", "1"]
+DRAINER_FAST = ["--detect-interval", "1", "--syncer.safe-mode-duration", "0s"]
+
+
+def unique_name(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:8]}"
+
+
+class SinglePumpClient:
+    """A writer client that sends every binlog to one pump (to keep other pumps idle)."""
+
+    def __init__(self, pump: PumpProcess, cluster_id: int) -> None:
+        self.client = PumpClient(pump.addr, cluster_id)
+
+    def write_binlog(self, b: binlog_pb2.Binlog) -> None:
+        self.client.write(b.SerializeToString())
+
+    def write_binlog_async(self, b: binlog_pb2.Binlog) -> Future[None]:
+        f: Future[None] = Future()
+        try:
+            self.write_binlog(b)
+            f.set_result(None)
+        except Exception as exc:
+            f.set_exception(exc)
+        return f
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class Cluster:
+    def __init__(self, tmp: Path, mysql: MySQLDSN | None, *, pumps: int = 2) -> None:
+        self.tmp = tmp
+        self.mysql = mysql
+        self.etcd_server = EtcdProcess(tmp)
+        self.etcd_server.start()
+        self.pd = PDProcess(tmp, self.etcd_server.url)
+        self.pd.start()
+        self.etcd = EtcdClient(self.etcd_server.url)
+        cid = read_cluster_id(self.etcd)
+        assert cid is not None
+        self.cluster_id = cid
+        self.tso = TSOClient(self.etcd)
+        self.upstream_path = tmp / "upstream.db"
+        self.upstream_dsn = f"sqlite:///{self.upstream_path}"
+        self.pumps: list[PumpProcess] = []
+        self.drainers: list[DrainerProcess] = []
+        self.clients: list[Any] = []
+        self.dbs: list[Database] = []
+        for _ in range(pumps):
+            self.add_pump()
+
+    # ------------------------------------------------------------------------------- processes
+    def add_pump(self, *extra: str) -> PumpProcess:
+        name = f"pump{len(self.pumps)}"
+        args = [*PUMP_FAST, "--upstream.txn-status-dsn", self.upstream_dsn, "--storage.resolve-interval", "0.5", *extra]
+        p = PumpProcess(self.tmp, self.etcd_server.url, name=name, extra_args=args)
+        self.pumps.append(p)
+        p.start()
+        return p
+
+    def mysql_args(self, password: str | None = None) -> list[str]:
+        m = self.mysql
+        assert m is not None
+        return [
+            "--syncer.db-type", "mysql",
+            "--syncer.to.host", m.host,
+            "--syncer.to.port", str(m.port),
+            "--syncer.to.user", m.user,
+            "--syncer.to.password", m.password if password is None else password,
+        ]  # fmt: skip
+
+    def drainer(self, *extra: str, name: str = "drainer", start: bool = True, sink: str = "mysql") -> DrainerProcess:
+        args = [*DRAINER_FAST, "--initial-commit-ts", "0"]
+        if sink == "mysql":
+            args += self.mysql_args()
+        args += list(extra)
+        d = DrainerProcess(self.tmp, self.etcd_server.url, name=name, extra_args=args)
+        self.drainers.append(d)
+        if start:
+            d.start()
+        return d
+
+    # ---------------------------------------------------------------------------------- writer
+    def writer(self, client: Any | None = None, **client_kw: Any) -> Database:
+        if client is None:
+            client = PumpsClient(self.etcd_server.url, **client_kw)
+        self.clients.append(client)
+        db = Database(self.etcd_server.url, self.upstream_dsn, client=client)
+        self.dbs.append(db)
+        return db
+
+    def now(self) -> int:
+        return self.tso.get_ts()
+
+    def wait_applied(self, drainer: DrainerProcess, ts: int, timeout: float = 90) -> None:
+        """Wait until the drainer's saved checkpoint reaches `ts` (everything up to it is applied)."""
+
+        def reached() -> bool:
+            try:
+                return int(drainer.http_json("GET", "/commit_ts")["data"]["ts"]) >= ts
+            except OSError:
+                return False
+
+        wait_for(reached, timeout, f"drainer {drainer.name} checkpoint >= {ts}", interval=0.2)
+
+    # -------------------------------------------------------------------------------- downstream
+    def mysql_conn(self, database: str | None = None) -> pymysql.connections.Connection[Any]:
+        m = self.mysql
+        assert m is not None
+        return pymysql.connect(
+            host=m.host, port=m.port, user=m.user, password=m.password, database=database, charset="utf8mb4"
+        )
+
+    def checkpoint_row(self) -> dict[str, Any] | None:
+        import json
+
+        conn = self.mysql_conn()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT checkPoint FROM tidb_binlog.checkpoint WHERE clusterID = %s", (self.cluster_id,))
+                row = cur.fetchone()
+            conn.commit()
+        finally:
+            conn.close()
+        return None if row is None else dict(json.loads(row[0]))
+
+    # ------------------------------------------------------------------------------------ close
+    def logs(self, lines: int = 80) -> str:
+        parts = []
+        procs: list[PumpProcess | DrainerProcess] = [*self.pumps, *self.drainers]
+        for p in procs:
+            parts.append(f"===== {p.name} log =====\n{p.process.log_tail(lines)}")
+        return "\n".join(parts)
+
+    def close(self, *, downstream_dbs: Sequence[str] = ()) -> None:
+        for d in self.drainers:
+            d.stop()
+        for db in self.dbs:
+            db.close()
+        for c in self.clients:
+            c.close()
+        for p in self.pumps:
+            p.stop()
+        self.tso.close()
+        self.etcd.close()
+        self.pd.stop()
+        self.etcd_server.stop()
+        if self.mysql is not None:
+            conn = self.mysql_conn()
+            try:
+                with conn.cursor() as cur:
+                    for name in downstream_dbs:
+                        cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+                    cur.execute("SHOW DATABASES LIKE 'tidb_binlog'")
+                    if cur.fetchone():
+                        cur.execute("DELETE FROM tidb_binlog.checkpoint WHERE clusterID = %s", (self.cluster_id,))
+                conn.commit()
+            finally:
+                conn.close()
