@@ -30,8 +30,10 @@ from typing import Final, Literal
 
 from common.config import ArgumentParser, Duration, add_flags, at_least, env_name, flags_from_args, load
 from common.config.cli import CONFIG_FILE_DEST
+from common.config.node import NodeAddress, SecurityConfig
+from common.config.node import validate_etcd_urls as _etcd_urls
+from common.config.node import validate_host_port as _host_port
 from common.errors import ConfigError
-from common.etcd import parse_endpoints
 from drainer.config_syncer import (
     KAFKA_KEYS,
     SQLITE_DOWNSTREAM_NAME,
@@ -87,40 +89,16 @@ _MYSQL_ENV: Final = (
 LogLevel = Literal["debug", "info", "warn", "warning", "error", "fatal"]
 
 
-def _host_port(value: str) -> None:
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise ValueError("must be host:port")
-
-
-def _etcd_urls(value: str) -> None:
-    parse_endpoints(value)
-
-
 def _positive(value: float) -> None:
     if not value > 0:
         raise ValueError("must be > 0")
-
-
-@dataclass(frozen=True)
-class SecurityConfig:
-    """`[security]`: parsed and kept; TLS itself is not supported yet (see `DrainerConfig.check_supported`)."""
-
-    ssl_ca: str = field(default="", metadata={"help": "CA certificate file (TLS: not supported yet)"})
-    ssl_cert: str = field(default="", metadata={"help": "certificate file (TLS: not supported yet)"})
-    ssl_key: str = field(default="", metadata={"help": "private key file (TLS: not supported yet)"})
-    cert_allowed_cn: tuple[str, ...] = field(default=(), metadata={"help": "allowed peer certificate CNs"})
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self.ssl_ca or self.ssl_cert or self.ssl_key or self.cert_allowed_cn)
 
 
 _NO_PUSH: Final = "Prometheus push is not supported: scrape /metrics on status-addr"
 
 
 @dataclass(frozen=True)
-class DrainerConfig:
+class DrainerConfig(NodeAddress):
     addr: str = field(default=DEFAULT_ADDR, metadata={"help": "gRPC listen address host:port", "validate": _host_port})
     advertise_addr: str = field(default="", metadata={"help": "address registered in etcd (default: addr)"})
     status_addr: str = field(
@@ -133,7 +111,8 @@ class DrainerConfig:
         default=DEFAULT_DETECT_INTERVAL, metadata={"help": "interval of pump discovery", "validate": _positive}
     )
     pd_urls: str = field(
-        default=DEFAULT_PD_URLS, metadata={"help": "etcd endpoints of PD, comma separated", "validate": _etcd_urls}
+        default=DEFAULT_PD_URLS,
+        metadata={"help": "etcd endpoints of PD, comma separated", "validate": _etcd_urls},
     )
     initial_commit_ts: int = field(
         default=DEFAULT_INITIAL_COMMIT_TS,
@@ -157,21 +136,7 @@ class DrainerConfig:
     syncer: SyncerConfig = field(default_factory=SyncerConfig)
 
     def validate(self) -> None:
-        host, _, port = self.advertise.rpartition(":")
-        if host in ("", "0.0.0.0", "::", "[::]") or not port.isdigit():
-            raise ConfigError(
-                f"invalid value for 'advertise-addr': {self.advertise!r} is not a host:port others can reach "
-                "(set advertise-addr when addr listens on all interfaces)"
-            )
-
-    @property
-    def advertise(self) -> str:
-        """The address registered in etcd: advertise-addr, else addr."""
-        return self.advertise_addr or self.addr
-
-    @property
-    def listen_port(self) -> int:
-        return int(self.addr.rpartition(":")[2])
+        self.check_advertise()
 
     @property
     def file_dir(self) -> Path:

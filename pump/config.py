@@ -45,8 +45,10 @@ from common.config import (
     parse_duration,
 )
 from common.config.cli import CONFIG_FILE_DEST
+from common.config.node import NodeAddress, SecurityConfig
+from common.config.node import validate_etcd_urls as _etcd_urls
+from common.config.node import validate_host_port as _host_port
 from common.errors import ConfigError
-from common.etcd import parse_endpoints
 from pump.storage.api import (
     DEFAULT_KV_CHAN_CAP,
     DEFAULT_MAX_TXN_TIMEOUT,
@@ -86,33 +88,9 @@ def _positive(value: float) -> None:
         raise ValueError("must be > 0")
 
 
-def _host_port(value: str) -> None:
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise ValueError("must be host:port")
-
-
 def _message_size(value: int) -> None:
     if not 0 < value <= MAX_MESSAGE_SIZE_LIMIT:
         raise ValueError(f"must be between 1 and {MAX_MESSAGE_SIZE_LIMIT} (2 GiB)")
-
-
-def _etcd_urls(value: str) -> None:
-    parse_endpoints(value)
-
-
-@dataclass(frozen=True)
-class SecurityConfig:
-    """`[security]`: parsed and kept; TLS itself is not supported yet (see `PumpConfig.check_supported`)."""
-
-    ssl_ca: str = field(default="", metadata={"help": "CA certificate file (TLS: not supported yet)"})
-    ssl_cert: str = field(default="", metadata={"help": "certificate file (TLS: not supported yet)"})
-    ssl_key: str = field(default="", metadata={"help": "private key file (TLS: not supported yet)"})
-    cert_allowed_cn: tuple[str, ...] = field(default=(), metadata={"help": "allowed peer certificate CNs"})
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self.ssl_ca or self.ssl_cert or self.ssl_key or self.cert_allowed_cn)
 
 
 @dataclass(frozen=True)
@@ -183,7 +161,7 @@ _IGNORED_KEYS: Final = (
 
 
 @dataclass(frozen=True)
-class PumpConfig:
+class PumpConfig(NodeAddress):
     addr: str = field(default=DEFAULT_ADDR, metadata={"help": "gRPC listen address host:port", "validate": _host_port})
     advertise_addr: str = field(
         default="", metadata={"help": "address registered for clients and drainers (default: addr)"}
@@ -194,7 +172,8 @@ class PumpConfig:
     )
     socket: str = field(default="", metadata={"help": "unix socket that also serves gRPC"})
     pd_urls: str = field(
-        default=DEFAULT_PD_URLS, metadata={"help": "etcd endpoints of PD, comma separated", "validate": _etcd_urls}
+        default=DEFAULT_PD_URLS,
+        metadata={"help": "etcd endpoints of PD, comma separated", "validate": _etcd_urls},
     )
     data_dir: Path = field(default=DEFAULT_DATA_DIR, metadata={"help": "where binlogs are stored"})
     heartbeat_interval: Duration = field(
@@ -235,21 +214,7 @@ class PumpConfig:
     upstream: UpstreamConfig = field(default_factory=UpstreamConfig)
 
     def validate(self) -> None:
-        host, _, port = self.advertise.rpartition(":")
-        if host in ("", "0.0.0.0", "::", "[::]") or not port.isdigit():
-            raise ConfigError(
-                f"invalid value for 'advertise-addr': {self.advertise!r} is not a host:port others can reach "
-                "(set advertise-addr when addr listens on all interfaces)"
-            )
-
-    @property
-    def advertise(self) -> str:
-        """The address registered in etcd: advertise-addr, else addr."""
-        return self.advertise_addr or self.addr
-
-    @property
-    def listen_port(self) -> int:
-        return int(self.addr.rpartition(":")[2])
+        self.check_advertise()
 
     def storage_options(self) -> StorageOptions:
         s = self.storage
