@@ -27,9 +27,10 @@ import socket
 import threading
 from collections.abc import Callable
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Final, TypeVar
+from typing import TYPE_CHECKING, Final
 
-from common.errors import BinlogError, UnavailableError
+from common.daemon import need, shutdown_step
+from common.errors import BinlogError
 from common.etcd import EtcdClient
 from common.httpserver import HTTPActionError
 from common.pd_client import TSOClient
@@ -56,7 +57,6 @@ FLUSH_TIMEOUT: Final = 60.0
 """Seconds the sink gets at shutdown to apply what it holds."""
 SYNCED_CHECK_UNIT: Final = 60.0
 """`synced-check-time` is in minutes."""
-T = TypeVar("T")
 
 SinkFactory = Callable[[DrainerConfig], Sink]
 
@@ -235,32 +235,32 @@ class DrainerApp:
         if self._heartbeat is not None:
             self._heartbeat.join()
         if self.collector is not None:
-            _step("close collector", self.collector.close)
+            shutdown_step("close collector", self.collector.close)
         if self.merger is not None:
-            _step("close merger", self.merger.close)
+            shutdown_step("close merger", self.merger.close)
         log.info("close 2/6: stop the syncer, apply what the sink holds, save the checkpoint")
         if self.syncer is not None:
             syncer = self.syncer
-            _step("stop syncer", lambda: syncer.stop(FLUSH_TIMEOUT))
+            shutdown_step("stop syncer", lambda: syncer.stop(FLUSH_TIMEOUT))
         log.info("close 3/6: close the sink and the checkpoint")
         if self.sink is not None:
-            _step("close sink", self.sink.close)
+            shutdown_step("close sink", self.sink.close)
         if self.checkpoint is not None:
-            _step("close checkpoint", self.checkpoint.close)
+            shutdown_step("close checkpoint", self.checkpoint.close)
         log.info("close 4/6: stop gRPC")
         if self.grpc is not None:
             server = self.grpc
-            _step("stop gRPC", lambda: server.stop(GRPC_STOP_GRACE).wait(GRPC_STOP_GRACE))
+            shutdown_step("stop gRPC", lambda: server.stop(GRPC_STOP_GRACE).wait(GRPC_STOP_GRACE))
         log.info("close 5/6: update registry")
         if self.registry is not None and self.node_id:
-            _step(f"publish {final.value}", lambda: self._publish(final))
+            shutdown_step(f"publish {final.value}", lambda: self._publish(final))
         log.info("close 6/6: stop HTTP, close TSO client and etcd")
         if self.http is not None:
-            _step("stop HTTP", self.http.stop)
+            shutdown_step("stop HTTP", self.http.stop)
         if self.tso is not None:
-            _step("close TSO client", self.tso.close)
+            shutdown_step("close TSO client", self.tso.close)
         if self.etcd is not None:
-            _step("close etcd", self.etcd.close)
+            shutdown_step("close etcd", self.etcd.close)
         log.info("drainer closed (%s)", final.value)
 
     # ------------------------------------------------------------------------------- registry
@@ -270,7 +270,7 @@ class DrainerApp:
         return NodeStatus(node_id=self.node_id, host=host, state=state, max_commit_ts=ts, update_ts=ts)
 
     def _publish(self, state: NodeState) -> None:
-        _need(self.registry).upsert(NodeKind.DRAINER, self._status(state))
+        need(self.registry, "the drainer").upsert(NodeKind.DRAINER, self._status(state))
         self._state = state
         log.info("node_id=%s published state %s", self.node_id, state.value)
 
@@ -278,7 +278,7 @@ class DrainerApp:
         misses = 0
         while not self._heartbeat_stop.wait(self.cfg.heartbeat_interval):
             try:
-                _need(self.registry).upsert(NodeKind.DRAINER, self._status(self._state))
+                need(self.registry, "the drainer").upsert(NodeKind.DRAINER, self._status(self._state))
                 misses = 0
             except BinlogError as exc:
                 misses += 1
@@ -306,27 +306,13 @@ class DrainerApp:
             )
         if action == "pause":
             self._final = NodeState.PAUSED
-            _step("publish pausing", lambda: self._publish(NodeState.PAUSING))
+            shutdown_step("publish pausing", lambda: self._publish(NodeState.PAUSING))
         elif action == "close":
             self._final = NodeState.OFFLINE
-            _step("publish closing", lambda: self._publish(NodeState.CLOSING))
+            shutdown_step("publish closing", lambda: self._publish(NodeState.CLOSING))
         else:
             raise HTTPActionError(HTTPStatus.BAD_REQUEST, f"invalid action {action}")
         self._shutdown.set()
 
     def metrics_text(self) -> bytes:
-        return _need(self.metrics).render()
-
-
-def _need(component: T | None) -> T:
-    if component is None:
-        raise UnavailableError("the drainer is not started")
-    return component
-
-
-def _step(what: str, fn: Callable[[], object]) -> None:
-    """Run one shutdown step; a failure is logged and the shutdown goes on."""
-    try:
-        fn()
-    except Exception:
-        log.exception("close: %s failed", what)
+        return need(self.metrics, "the drainer").render()

@@ -33,9 +33,10 @@ import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Final, TypeVar
+from typing import Final
 
-from common.errors import BinlogError, UnavailableError
+from common.daemon import need, shutdown_step
+from common.errors import BinlogError
 from common.etcd import EtcdClient
 from common.pb import binlog_pb2
 from common.pd_client import TSOClient
@@ -65,7 +66,6 @@ GRPC_STOP_GRACE: Final = 10.0
 StorageFactory = Callable[[Path, StorageOptions, CommitResolver | None], PumpStorage]
 """Builds the storage from (data dir, options, resolver or None).  Tests pass their own."""
 ResolverFactory = Callable[[PumpConfig], CommitResolver | None]
-T = TypeVar("T")
 
 
 def default_storage_factory(
@@ -255,21 +255,21 @@ class PumpApp:
         log.info("close 1/8: stop intake")
         if node is not None:
             if node.state is NodeState.ONLINE:
-                _step("refuse prewrites", lambda: node.transition(NodeState.PAUSING))
+                shutdown_step("refuse prewrites", lambda: node.transition(NodeState.PAUSING))
             node.stop_heartbeat()
             if node.state is NodeState.PAUSING:
                 final = NodeState.PAUSED
-                _step("publish pausing", lambda: node.publish(NodeState.PAUSING))
+                shutdown_step("publish pausing", lambda: node.publish(NodeState.PAUSING))
             elif node.state is NodeState.CLOSING:
                 final = NodeState.OFFLINE
 
         log.info("close 2/8: stop background")
         if self.background is not None:
-            _step("stop background", self.background.stop)
+            shutdown_step("stop background", self.background.stop)
 
         if final is NodeState.OFFLINE:
             log.info("close 3/8: wait until it is safe to go offline")
-            if not _step("offline wait", self._wait_safe_to_offline, default=False):
+            if not shutdown_step("offline wait", self._wait_safe_to_offline, default=False):
                 log.warning("offline wait interrupted: the pump ends paused, not offline")
                 final = NodeState.PAUSED
         else:
@@ -277,34 +277,34 @@ class PumpApp:
 
         log.info("close 4/8: close pull streams")
         if self.service is not None:
-            _step("close pull streams", self.service.close_streams)
+            shutdown_step("close pull streams", self.service.close_streams)
 
         log.info("close 5/8: stop gRPC (at most %.0fs)", GRPC_STOP_GRACE)
         if self.grpc is not None:
             grpc_server = self.grpc
-            _step("stop gRPC", lambda: grpc_server.stop(GRPC_STOP_GRACE))
+            shutdown_step("stop gRPC", lambda: grpc_server.stop(GRPC_STOP_GRACE))
 
         log.info("close 6/8: close storage")
         if node is not None:
-            _step("snapshot maxCommitTS", node.freeze_max_commit_ts)
+            shutdown_step("snapshot maxCommitTS", node.freeze_max_commit_ts)
         if self.storage is not None:
-            _step("close storage", self.storage.close)
+            shutdown_step("close storage", self.storage.close)
         if self.resolver is not None:
-            _step("close resolver", self.resolver.close)
+            shutdown_step("close resolver", self.resolver.close)
 
         log.info("close 7/8: update registry")
         if node is not None and final is not None:
             target = final
-            _step(f"state {target.value}", lambda: node.transition(target))
-            _step(f"publish {target.value}", lambda: node.publish(target))
+            shutdown_step(f"state {target.value}", lambda: node.transition(target))
+            shutdown_step(f"publish {target.value}", lambda: node.publish(target))
 
         log.info("close 8/8: stop HTTP, close TSO client and etcd")
         if self.http is not None:
-            _step("stop HTTP", self.http.stop)
+            shutdown_step("stop HTTP", self.http.stop)
         if self.tso is not None:
-            _step("close TSO client", self.tso.close)
+            shutdown_step("close TSO client", self.tso.close)
         if self.etcd is not None:
-            _step("close etcd", self.etcd.close)
+            shutdown_step("close etcd", self.etcd.close)
         log.info("pump closed%s", f" ({final.value})" if final else "")
 
     def _wait_safe_to_offline(self) -> bool:
@@ -323,43 +323,28 @@ class PumpApp:
 
     # ------------------------------------------------------------------- HTTP backend (PumpHTTPBackend)
     def pump_statuses(self) -> list[NodeStatus]:
-        return _need(self.registry).list(NodeKind.PUMP)
+        return need(self.registry, "the pump").list(NodeKind.PUMP)
 
     def drainer_statuses(self) -> list[NodeStatus]:
-        return _need(self.registry).list(NodeKind.DRAINER)
+        return need(self.registry, "the pump").list(NodeKind.DRAINER)
 
     def fresh_ts(self) -> int:
-        ts = _need(self.tso).get_ts()
+        ts = need(self.tso, "the pump").get_ts()
         self.clock.observe(ts)
         return ts
 
     def storage_status(self) -> StorageStatus:
-        return _need(self.storage).status()
+        return need(self.storage, "the pump").status()
 
     def apply_action(self, node_id: str, action: str) -> None:
-        _need(self.node).apply_action(node_id, action)
+        need(self.node, "the pump").apply_action(node_id, action)
         self._shutdown.set()
 
     def trigger_gc(self) -> bool:
-        return _need(self.background).trigger_gc()
+        return need(self.background, "the pump").trigger_gc()
 
     def get_binlog(self, ts: int) -> binlog_pb2.Binlog | None:
-        return _need(self.storage).get_binlog(ts)
+        return need(self.storage, "the pump").get_binlog(ts)
 
     def metrics_text(self) -> bytes:
-        return _need(self.metrics).render()
-
-
-def _need(component: T | None) -> T:
-    if component is None:
-        raise UnavailableError("the pump is not started")
-    return component
-
-
-def _step(what: str, fn: Callable[[], T], default: T | None = None) -> T | None:
-    """Run one shutdown step; a failure is logged and the shutdown goes on."""
-    try:
-        return fn()
-    except Exception:
-        log.exception("close: %s failed", what)
-        return default
+        return need(self.metrics, "the pump").render()

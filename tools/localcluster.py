@@ -20,7 +20,7 @@ from common.errors import BinlogError
 from common.etcd import EtcdClient
 from common.pb import pump_pb2, pump_pb2_grpc
 from common.pd_client import read_cluster_id, read_leader
-from common.registry import NodeKind, NodeState, Registry
+from common.registry import NodeKind, NodeState, NodeStatus, Registry
 from tools.procs import ManagedProcess, free_port, port_open, python_module_argv
 
 log = logging.getLogger(__name__)
@@ -119,21 +119,25 @@ class PDProcess:
         self.start()
 
 
-PUMP_START_TIMEOUT = 60.0
+NODE_START_TIMEOUT = 60.0
 
 
-class PumpProcess:
-    """A pump server as a child process, on its own gRPC and HTTP ports, restartable on the same ones."""
+class NodeProcess:
+    """A pump or drainer as a child process, on its own gRPC and HTTP ports, restartable on the same ones."""
+
+    module = ""
+    kind = NodeKind.PUMP
 
     def __init__(
         self,
         base_dir: Path,
         etcd_url: str,
         *,
-        name: str = "pump",
+        name: str,
         extra_args: Sequence[str] = (),
         grpc_port: int | None = None,
         status_port: int | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.name = name
         self.grpc_port = grpc_port or free_port()
@@ -144,81 +148,7 @@ class PumpProcess:
         self.etcd_url = etcd_url
         self.extra_args = list(extra_args)
         argv = python_module_argv(
-            "pump.main",
-            "--addr", self.addr,
-            "--status-addr", self.status_addr,
-            "--pd-urls", etcd_url,
-            "--data-dir", str(self.data_dir),
-            "--node-id", name,
-            *self.extra_args,
-        )  # fmt: skip
-        self.process = ManagedProcess(name, argv, base_dir / f"{name}.log")
-
-    @property
-    def node_id(self) -> str:
-        return self.name
-
-    def start(self, timeout: float = PUMP_START_TIMEOUT) -> None:
-        self.process.start()
-        self.process.wait_ready(self._online, timeout)
-
-    def _online(self) -> bool:
-        """Registered online AND answering the liveness probe (a stale record of a killed pump is not enough)."""
-        if not port_open("127.0.0.1", self.grpc_port):
-            return False
-        client = EtcdClient(self.etcd_url, timeout=1.0, retry_for=0.0)
-        try:
-            status = Registry(client).get(NodeKind.PUMP, self.node_id)
-            cluster_id = read_cluster_id(client)
-        except BinlogError:
-            return False
-        finally:
-            client.close()
-        if status is None or status.state is not NodeState.ONLINE or status.host != self.addr or cluster_id is None:
-            return False
-        with grpc.insecure_channel(self.addr) as channel:
-            try:
-                resp = pump_pb2_grpc.PumpStub(channel).WriteBinlog(
-                    pump_pb2.WriteBinlogReq(clusterID=cluster_id, payload=b""), timeout=1.0
-                )
-            except grpc.RpcError:
-                return False
-        return not resp.errmsg
-
-    def stop(self) -> int | None:
-        return self.process.stop()
-
-    def kill9(self) -> None:
-        self.process.kill9()
-
-
-DRAINER_START_TIMEOUT = 60.0
-
-
-class DrainerProcess:
-    """A drainer as a child process, on its own gRPC and HTTP ports, restartable on the same ones.
-
-    `extra_args` are drainer flags, e.g. ``["--syncer.db-type", "sqlite", "--syncer.to.path", "/tmp/down.db"]``."""
-
-    def __init__(
-        self,
-        base_dir: Path,
-        etcd_url: str,
-        *,
-        name: str = "drainer",
-        extra_args: Sequence[str] = (),
-        env: Mapping[str, str] | None = None,
-    ) -> None:
-        self.name = name
-        self.grpc_port = free_port()
-        self.status_port = free_port()
-        self.addr = f"127.0.0.1:{self.grpc_port}"
-        self.status_addr = f"127.0.0.1:{self.status_port}"
-        self.data_dir = base_dir / name
-        self.etcd_url = etcd_url
-        self.extra_args = list(extra_args)
-        argv = python_module_argv(
-            "drainer.main",
+            self.module,
             "--addr", self.addr,
             "--status-addr", self.status_addr,
             "--pd-urls", etcd_url,
@@ -232,22 +162,25 @@ class DrainerProcess:
     def node_id(self) -> str:
         return self.name
 
-    def start(self, timeout: float = DRAINER_START_TIMEOUT) -> None:
+    def start(self, timeout: float = NODE_START_TIMEOUT) -> None:
         self.process.start()
         self.process.wait_ready(self._online, timeout)
 
-    def _online(self) -> bool:
-        """Registered online with this address and answering GET /status."""
-        if not port_open("127.0.0.1", self.status_port):
-            return False
+    def _registered_online(self) -> NodeStatus | None:
+        """This node's registry record when it says online at this address, else None."""
         client = EtcdClient(self.etcd_url, timeout=1.0, retry_for=0.0)
         try:
-            status = Registry(client).get(NodeKind.DRAINER, self.node_id)
+            status = Registry(client).get(self.kind, self.node_id)
         except BinlogError:
-            return False
+            return None
         finally:
             client.close()
-        return status is not None and status.state is NodeState.ONLINE and status.host == self.addr
+        if status is None or status.state is not NodeState.ONLINE or status.host != self.addr:
+            return None
+        return status
+
+    def _online(self) -> bool:
+        raise NotImplementedError
 
     def http_json(self, method: str, path: str, timeout: float = 5.0) -> Any:
         req = urllib.request.Request(f"http://{self.status_addr}{path}", method=method)
@@ -259,3 +192,49 @@ class DrainerProcess:
 
     def kill9(self) -> None:
         self.process.kill9()
+
+
+class PumpProcess(NodeProcess):
+    """A pump server process."""
+
+    module = "pump.main"
+    kind = NodeKind.PUMP
+
+    def __init__(self, base_dir: Path, etcd_url: str, *, name: str = "pump", **kw: Any) -> None:
+        super().__init__(base_dir, etcd_url, name=name, **kw)
+
+    def _online(self) -> bool:
+        """Registered online AND answering the liveness probe (a stale record of a killed pump is not enough)."""
+        if not port_open("127.0.0.1", self.grpc_port) or self._registered_online() is None:
+            return False
+        client = EtcdClient(self.etcd_url, timeout=1.0, retry_for=0.0)
+        try:
+            cluster_id = read_cluster_id(client)
+        except BinlogError:
+            return False
+        finally:
+            client.close()
+        if cluster_id is None:
+            return False
+        with grpc.insecure_channel(self.addr) as channel:
+            try:
+                resp = pump_pb2_grpc.PumpStub(channel).WriteBinlog(
+                    pump_pb2.WriteBinlogReq(clusterID=cluster_id, payload=b""), timeout=1.0
+                )
+            except grpc.RpcError:
+                return False
+        return not resp.errmsg
+
+
+class DrainerProcess(NodeProcess):
+    """A drainer process; `extra_args` are drainer flags, e.g. ``["--syncer.db-type", "sqlite"]``."""
+
+    module = "drainer.main"
+    kind = NodeKind.DRAINER
+
+    def __init__(self, base_dir: Path, etcd_url: str, *, name: str = "drainer", **kw: Any) -> None:
+        super().__init__(base_dir, etcd_url, name=name, **kw)
+
+    def _online(self) -> bool:
+        """Registered online with this address and serving HTTP."""
+        return port_open("127.0.0.1", self.status_port) and self._registered_online() is not None
