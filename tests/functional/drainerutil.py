@@ -10,7 +10,6 @@ row.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -76,6 +75,7 @@ class Cluster:
         self.drainers: list[DrainerProcess] = []
         self.clients: list[Any] = []
         self.dbs: list[Database] = []
+        self.downstream_names: list[str] = []
         for _ in range(pumps):
             self.add_pump()
 
@@ -109,6 +109,12 @@ class Cluster:
         if start:
             d.start()
         return d
+
+    def dbname(self, prefix: str) -> str:
+        """A unique logical database name, dropped downstream by `close()`."""
+        name = unique_name(prefix)
+        self.downstream_names.append(name)
+        return name
 
     # ---------------------------------------------------------------------------------- writer
     def writer(self, client: Any | None = None, **client_kw: Any) -> Database:
@@ -162,7 +168,7 @@ class Cluster:
             parts.append(f"===== {p.name} log =====\n{p.process.log_tail(lines)}")
         return "\n".join(parts)
 
-    def close(self, *, downstream_dbs: Sequence[str] = ()) -> None:
+    def close(self) -> None:
         for d in self.drainers:
             d.stop()
         for db in self.dbs:
@@ -179,7 +185,7 @@ class Cluster:
             conn = self.mysql_conn()
             try:
                 with conn.cursor() as cur:
-                    for name in downstream_dbs:
+                    for name in self.downstream_names:
                         cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
                     cur.execute("SHOW DATABASES LIKE 'tidb_binlog'")
                     if cur.fetchone():

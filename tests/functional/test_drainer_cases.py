@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from common.codec import encode_row
 from common.codec.datum import Datum, Kind
-from common.dsn import MySQLDSN
 from common.pb import binlog_pb2, gogo, pb_binlog_pb2
 from common.registry import NodeKind, NodeState, Registry
 from drainer.sinks.file import read_pb_binlogs
@@ -28,24 +26,6 @@ from upstream.workloads import WorkloadOptions, make_workload
 from upstream.workloads.runner import run
 
 pytestmark = pytest.mark.functional
-
-
-@pytest.fixture
-def cluster(tmp_path: Path, mysql_server: MySQLDSN, request: pytest.FixtureRequest) -> Iterator[Cluster]:
-    c = Cluster(tmp_path, mysql_server, pumps=2)
-    names: list[str] = []
-    c.downstream_names = names  # type: ignore[attr-defined]
-    yield c
-    rep = getattr(request.node, "rep_call", None)
-    if rep is not None and rep.failed:
-        print(c.logs())
-    c.close(downstream_dbs=names)
-
-
-def dbname(cluster: Cluster, prefix: str) -> str:
-    name = unique_name(prefix)
-    cluster.downstream_names.append(name)  # type: ignore[attr-defined]
-    return name
 
 
 def simple_table(db: Database, name: str, table: str = "t") -> None:
@@ -90,7 +70,7 @@ def wait_exit(d: DrainerProcess, timeout: float = 60) -> int | None:
 
 # -------------------------------------------------------------------------------------- filters
 def test_filters_and_checkpoint_over_filtered_txns(cluster: Cluster, tmp_path: Path) -> None:
-    keep, other = dbname(cluster, "keep"), dbname(cluster, "other")
+    keep, other = cluster.dbname("keep"), cluster.dbname("other")
     config = tmp_path / "drainer.toml"
     config.write_text(
         f"""
@@ -207,7 +187,7 @@ def test_file_sink_records_match_the_binlogs(cluster: Cluster) -> None:
 def test_unknown_table_id_stops_the_drainer_before_it(cluster: Cluster) -> None:
     drainer = cluster.drainer()
     db = cluster.writer()
-    name = dbname(cluster, "bad")
+    name = cluster.dbname("bad")
     simple_table(db, name)
     insert(db, f"{name}.t", range(5))
     good_ts = cluster.now()
@@ -247,7 +227,7 @@ def test_unknown_table_id_stops_the_drainer_before_it(cluster: Cluster) -> None:
 def test_ddl_refused_downstream_stops_the_drainer(cluster: Cluster) -> None:
     drainer = cluster.drainer()
     db = cluster.writer()
-    name = dbname(cluster, "ddlfail")
+    name = cluster.dbname("ddlfail")
     simple_table(db, name)
     insert(db, f"{name}.t", range(3))
     cluster.wait_applied(drainer, cluster.now())
@@ -289,7 +269,7 @@ def test_wrong_downstream_password_fails_at_start(cluster: Cluster) -> None:
 def test_sigterm_saves_consistent_and_close_goes_offline(cluster: Cluster) -> None:
     drainer = cluster.drainer()
     db = cluster.writer()
-    name = dbname(cluster, "life")
+    name = cluster.dbname("life")
     simple_table(db, name)
     insert(db, f"{name}.t", range(20))
     cluster.wait_applied(drainer, cluster.now())

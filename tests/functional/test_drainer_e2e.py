@@ -7,15 +7,12 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from common.dsn import MySQLDSN
 from tests.functional.audit import audit_mysql
-from tests.functional.drainerutil import Cluster, unique_name
+from tests.functional.drainerutil import Cluster
 from tools.procs import wait_for
 from upstream.database import Database
 from upstream.ddl import Column
@@ -24,24 +21,6 @@ from upstream.workloads import WorkloadOptions, make_workload
 from upstream.workloads.runner import run
 
 pytestmark = pytest.mark.functional
-
-
-@pytest.fixture
-def cluster(tmp_path: Path, mysql_server: MySQLDSN, request: pytest.FixtureRequest) -> Iterator[Cluster]:
-    c = Cluster(tmp_path, mysql_server, pumps=getattr(request, "param", 2))
-    names: list[str] = []
-    c.downstream_names = names  # type: ignore[attr-defined]
-    yield c
-    rep = getattr(request.node, "rep_call", None)
-    if rep is not None and rep.failed:
-        print(c.logs())
-    c.close(downstream_dbs=names)
-
-
-def dbname(cluster: Cluster, prefix: str) -> str:
-    name = unique_name(prefix)
-    cluster.downstream_names.append(name)  # type: ignore[attr-defined]
-    return name
 
 
 def assert_equal(cluster: Cluster, db: Database) -> None:
@@ -63,8 +42,8 @@ def catch_up(cluster: Cluster, drainer: Any, db: Database) -> None:
 def test_sysbench_and_ddl_workloads_replicate_exactly(cluster: Cluster) -> None:
     drainer = cluster.drainer("--syncer.worker-count", "16")
     db = cluster.writer()
-    sb = make_workload("sysbench", WorkloadOptions(database=dbname(cluster, "sb"), tables=2, table_size=200))
-    ddl = make_workload("ddl", WorkloadOptions(database=dbname(cluster, "ddl"), ddl_ratio=0.15))
+    sb = make_workload("sysbench", WorkloadOptions(database=cluster.dbname("sb"), tables=2, table_size=200))
+    ddl = make_workload("ddl", WorkloadOptions(database=cluster.dbname("ddl"), ddl_ratio=0.15))
     sb.setup(db)
     ddl.setup(db)
     results: dict[str, Any] = {}
@@ -160,7 +139,7 @@ def _churn(db: Database, name: str, seed: int, rounds: int) -> None:
 def test_key_changes_and_reinserts_with_16_workers(cluster: Cluster, safe_mode: bool) -> None:
     drainer = cluster.drainer("--syncer.worker-count", "16", "--syncer.safe-mode", str(safe_mode).lower())
     db = cluster.writer()
-    name = dbname(cluster, "keys")
+    name = cluster.dbname("keys")
     _key_tables(db, name)
     threads = [threading.Thread(target=_churn, args=(db, name, seed, 60)) for seed in range(1, 4)]
     for t in threads:
@@ -174,7 +153,7 @@ def test_key_changes_and_reinserts_with_16_workers(cluster: Cluster, safe_mode: 
 def test_drainer_kill9_five_times_loses_nothing(cluster: Cluster) -> None:
     """kill -9 at random points of a running workload; the checkpoint is never ahead of the data."""
     db = cluster.writer()
-    name = dbname(cluster, "kill")
+    name = cluster.dbname("kill")
     db.create_database(name)
     db.create_table(
         name, "ledger", [Column("id", "BIGINT", nullable=False), Column("v", "VARCHAR(64)")], primary_key=["id"]
@@ -240,7 +219,7 @@ def test_idle_paused_and_new_pumps(cluster: Cluster) -> None:
 
     drainer = cluster.drainer()
     db = cluster.writer(SinglePumpClient(cluster.pumps[0], cluster.cluster_id))
-    name = dbname(cluster, "members")
+    name = cluster.dbname("members")
     db.create_database(name)
     db.create_table(name, "t", [Column("id", "INT", nullable=False), Column("v", "INT")], primary_key=["id"])
 
