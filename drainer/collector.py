@@ -151,18 +151,23 @@ class Collector:
         with self._refresh_lock:
             if self._closed:
                 raise CollectorClosedError("the drainer's collector is closed")
-            for status in self._registry.list(NodeKind.PUMP):
-                self._apply(status)
+            statuses = self._registry.list(NodeKind.PUMP)
+            new = [s for s in statuses if s.node_id not in self._pullers and s.state is not NodeState.OFFLINE]
+            # Every new pump joins the merge BEFORE any of them is read from: the merge then waits for
+            # all of them, so the ts they start after cannot move between two of them (at start-up,
+            # with no source yet, the first pump alone would otherwise be merged ahead of the others).
+            for status in new:
+                self._merger.add_source(status.node_id)
+            for status in new:
+                self._add(status)
+            for status in statuses:
+                if status.node_id in self._pullers and status not in new:
+                    self._apply(status)
             self.refreshes += 1
 
     def _apply(self, status: NodeStatus) -> None:
         node_id, state = status.node_id, status.state
-        puller = self._pullers.get(node_id)
-        if puller is None:
-            if state is NodeState.OFFLINE:
-                return
-            self._add(status)
-            return
+        puller = self._pullers[node_id]
         if state is NodeState.OFFLINE:
             self._remove(node_id, puller)
             return
@@ -184,7 +189,6 @@ class Collector:
             compressor=self._compressor,
             on_error=self._on_error,
         )
-        self._merger.add_source(status.node_id)
         with self._lock:
             self._pullers[status.node_id] = puller
         if status.state is NodeState.PAUSED:

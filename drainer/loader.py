@@ -47,7 +47,7 @@ from typing import Protocol
 
 from drainer.causality import Causality, dml_keys, worker_of
 from drainer.events import DDL, DML, Txn
-from drainer.sinks.base import OnSuccess, SinkError
+from drainer.sinks.base import OnSuccess, Sink, SinkError
 
 log = logging.getLogger(__name__)
 
@@ -502,3 +502,28 @@ class Loader:
                 raise _StoppedError
             delay = min(delay * 2, self.backoff[1])
             safe = True  # the failed try may have committed before its connection broke
+
+
+class LoaderSink(Sink):
+    """A SQL sink: the `Sink` methods are its `loader`'s (subclasses build `self.loader`)."""
+
+    safe_mode_aware = True
+    loader: Loader
+
+    def start(self, on_success: OnSuccess) -> None:
+        self.loader.start(on_success)
+
+    def add(self, txn: Txn) -> None:
+        self.loader.add(txn)
+
+    def flush(self, timeout: float | None = None) -> None:
+        self.loader.flush(timeout)
+
+    def close(self) -> None:
+        self.loader.close()
+
+    def error(self) -> BaseException | None:
+        return self.loader.error()
+
+    def set_safe_mode(self, on: bool) -> None:
+        self.loader.set_safe_mode(on)

@@ -31,7 +31,7 @@ from pymysql.constants import CLIENT
 
 from common.errors import ConfigError
 from common.schema.model import JobType
-from drainer.events import DDL, DML, Txn
+from drainer.events import DDL, DML
 from drainer.loader import (
     DEFAULT_MAX_INFLIGHT_BYTES,
     DEFAULT_TXN_BATCH,
@@ -39,8 +39,9 @@ from drainer.loader import (
     ExecError,
     Executor,
     Loader,
+    LoaderSink,
 )
-from drainer.sinks.base import OnSuccess, Sink, SinkError
+from drainer.sinks.base import SinkError
 from drainer.sql import Renderer
 
 log = logging.getLogger(__name__)
@@ -211,11 +212,10 @@ class _MySQLExecutor:
         self._drop()
 
 
-class MySQLSink(Sink):
+class MySQLSink(LoaderSink):
     """Replicates into MySQL-compatible databases (database names as upstream)."""
 
     name = "mysql"
-    safe_mode_aware = True
 
     def __init__(
         self,
@@ -308,20 +308,3 @@ class MySQLSink(Sink):
             raise SinkError(f"mysql sink: cannot connect to {self.where}: {_describe(exc)}") from exc
 
     # ------------------------------------------------------------------ Sink
-    def start(self, on_success: OnSuccess) -> None:
-        self.loader.start(on_success)
-
-    def add(self, txn: Txn) -> None:
-        self.loader.add(txn)
-
-    def flush(self, timeout: float | None = None) -> None:
-        self.loader.flush(timeout)
-
-    def close(self) -> None:
-        self.loader.close()
-
-    def error(self) -> BaseException | None:
-        return self.loader.error()
-
-    def set_safe_mode(self, on: bool) -> None:
-        self.loader.set_safe_mode(on)

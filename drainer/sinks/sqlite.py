@@ -20,9 +20,9 @@ import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
 
-from drainer.events import DDL, DML, Txn
-from drainer.loader import DEFAULT_MAX_INFLIGHT_BYTES, DEFAULT_TXN_BATCH, ExecError, Executor, Loader
-from drainer.sinks.base import OnSuccess, Sink, SinkError
+from drainer.events import DDL, DML
+from drainer.loader import DEFAULT_MAX_INFLIGHT_BYTES, DEFAULT_TXN_BATCH, ExecError, Executor, Loader, LoaderSink
+from drainer.sinks.base import SinkError
 from drainer.sql import Renderer
 from upstream.store.sqlite import SqliteDialect
 
@@ -96,11 +96,10 @@ class _SqliteExecutor:
         self._conn.close()
 
 
-class SqliteSink(Sink):
+class SqliteSink(LoaderSink):
     """Replicates into one sqlite file (the upstream sqlite store's layout)."""
 
     name = "sqlite"
-    safe_mode_aware = True
 
     def __init__(
         self,
@@ -126,21 +125,3 @@ class SqliteSink(Sink):
             return _SqliteExecutor(self.path)
         except (OSError, sqlite3.Error) as exc:
             raise SinkError(f"sqlite sink: cannot open {self.path}: {exc}") from exc
-
-    def start(self, on_success: OnSuccess) -> None:
-        self.loader.start(on_success)
-
-    def add(self, txn: Txn) -> None:
-        self.loader.add(txn)
-
-    def flush(self, timeout: float | None = None) -> None:
-        self.loader.flush(timeout)
-
-    def close(self) -> None:
-        self.loader.close()
-
-    def error(self) -> BaseException | None:
-        return self.loader.error()
-
-    def set_safe_mode(self, on: bool) -> None:
-        self.loader.set_safe_mode(on)
