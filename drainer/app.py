@@ -59,6 +59,7 @@ SYNCED_CHECK_UNIT: Final = 60.0
 """`synced-check-time` is in minutes."""
 
 SinkFactory = Callable[[DrainerConfig], Sink]
+_TRANSIENT: Final = {NodeState.PAUSED: NodeState.PAUSING, NodeState.OFFLINE: NodeState.CLOSING}
 
 
 def default_sink_factory(cfg: DrainerConfig) -> Sink:
@@ -127,6 +128,8 @@ class DrainerApp:
         self._heartbeat: threading.Thread | None = None
         self._heartbeat_stop = threading.Event()
         self._state = NodeState.ONLINE
+        self._registered = False
+        self._reg_lock = threading.Lock()
 
     # ------------------------------------------------------------------------------------ start
     def start(self) -> None:
@@ -230,10 +233,12 @@ class DrainerApp:
             self._closed = True
         self._shutdown.set()
         final = self._final
-        log.info("close 1/6: stop intake (pullers, merger)")
+        log.info("close 1/6: stop intake (publish %s, stop pullers and merger)", _TRANSIENT[final].value)
         self._heartbeat_stop.set()
         if self._heartbeat is not None:
             self._heartbeat.join()
+        if self._registered and self._state is NodeState.ONLINE:  # new pumps stop notifying this drainer
+            shutdown_step("publish", lambda: self._publish(_TRANSIENT[final]))
         if self.collector is not None:
             shutdown_step("close collector", self.collector.close)
         if self.merger is not None:
@@ -252,7 +257,7 @@ class DrainerApp:
             server = self.grpc
             shutdown_step("stop gRPC", lambda: server.stop(GRPC_STOP_GRACE).wait(GRPC_STOP_GRACE))
         log.info("close 5/6: update registry")
-        if self.registry is not None and self.node_id:
+        if self._registered:
             shutdown_step(f"publish {final.value}", lambda: self._publish(final))
         log.info("close 6/6: stop HTTP, close TSO client and etcd")
         if self.http is not None:
@@ -270,15 +275,18 @@ class DrainerApp:
         return NodeStatus(node_id=self.node_id, host=host, state=state, max_commit_ts=ts, update_ts=ts)
 
     def _publish(self, state: NodeState) -> None:
-        need(self.registry, "the drainer").upsert(NodeKind.DRAINER, self._status(state))
-        self._state = state
+        with self._reg_lock:
+            need(self.registry, "the drainer").upsert(NodeKind.DRAINER, self._status(state))
+            self._state = state
+            self._registered = True
         log.info("node_id=%s published state %s", self.node_id, state.value)
 
     def _heartbeat_loop(self) -> None:
         misses = 0
         while not self._heartbeat_stop.wait(self.cfg.heartbeat_interval):
             try:
-                need(self.registry, "the drainer").upsert(NodeKind.DRAINER, self._status(self._state))
+                with self._reg_lock:  # never overwrites a state published meanwhile
+                    need(self.registry, "the drainer").upsert(NodeKind.DRAINER, self._status(self._state))
                 misses = 0
             except BinlogError as exc:
                 misses += 1

@@ -7,6 +7,9 @@ Every DML gets keys that name the rows it touches:
   ``"(col: v)(col: v)" + "db.table"``;
 * an image with no such key gives ``"#<crc32 of all its values>" + "db.table"``.
 
+Text values are case-folded and stripped of trailing spaces first: a downstream table with
+MySQL's default collation treats 'abc', 'ABC' and 'abc ' as one key, so they must be one key here.
+
 The original hashes all values only when the *whole* DML has no key; we do it per image, so
 an update that sets a table's only unique key to NULL still shares a key with the later
 changes of that row (which can only find it by all its values).
@@ -28,6 +31,12 @@ from drainer.events import DML, Row, TableShape
 __all__ = ["Causality", "dml_keys", "worker_of"]
 
 
+def _fold(v: object) -> object:
+    """Text as a case-insensitive, PAD SPACE collation compares it: downstream tables usually have one
+    (MySQL's default), so 'abc', 'ABC' and 'abc ' are one key there.  Folding can only add conflicts."""
+    return v.casefold().rstrip(" ") if isinstance(v, str) else v
+
+
 def _image_keys(shape: TableShape, row: Row, table: str, out: list[str]) -> None:
     names = shape.names
     found = False
@@ -37,12 +46,13 @@ def _image_keys(shape: TableShape, row: Row, table: str, out: list[str]) -> None
             v = row[i]
             if v is None:
                 break
-            parts.append(f"({names[i]}: {v})")
+            parts.append(f"({names[i]}: {_fold(v)})")
         else:
             out.append("".join(parts) + table)
             found = True
     if not found:
-        out.append(f"#{zlib.crc32(repr(row).encode('utf-8', 'surrogatepass')):08x}{table}")
+        folded = tuple(_fold(v) for v in row)
+        out.append(f"#{zlib.crc32(repr(folded).encode('utf-8', 'surrogatepass')):08x}{table}")
 
 
 def dml_keys(dml: DML) -> list[str]:
