@@ -36,7 +36,7 @@ from drainer.events import DDL, DMLType, Txn
 from drainer.filters import Filter
 from drainer.merger import MergeItem, Merger
 from drainer.metrics import DrainerMetrics
-from drainer.schema import DrainerSchema
+from drainer.schema import DDLJobNotFoundError, DrainerSchema
 from drainer.sinks.base import Sink
 from drainer.translator import is_fake, translate
 
@@ -122,6 +122,7 @@ class Syncer:
 
     # ---------------------------------------------------------------------------------- lifecycle
     def start(self) -> None:
+        self._started_at = self._clock()  # safe mode is forced for safe_mode_duration from here
         self._forced_safe = self.safe_mode_duration > 0
         self.sink.set_safe_mode(self._forced_safe or self.safe_mode)
         if self._forced_safe:
@@ -145,11 +146,13 @@ class Syncer:
             return 0.0 if self._data_pending else self._clock() - self._last_data
 
     def stop(self, flush_timeout: float = 30.0) -> None:
-        """Stop taking binlogs, wait for the sink to apply what it has, save a final checkpoint.
+        """Stop taking binlogs (a DDL job still awaited is given up on: that binlog is not added), wait for
+        the sink to apply what it has, save a final checkpoint.
 
         The checkpoint is saved ``consistent=true`` only when everything added was applied and the
         syncer did not fail."""
         self._stop.set()
+        self.schema.close()  # a DDL job still awaited: stop waiting for it
         with self._cond:
             self._cond.notify_all()
         for t in self._threads:
@@ -181,6 +184,11 @@ class Syncer:
                     continue
                 txn = self._txn_of(item)
                 self._add(txn)
+        except DDLJobNotFoundError as exc:
+            if self._stop.is_set():  # stop() gave up on the job: that binlog was not added, no failure
+                log.info("stopped while waiting for a DDL job: %s", exc)
+                return
+            self._fail(exc)
         except BaseException as exc:
             self._fail(exc)
 
