@@ -114,6 +114,7 @@ class _MySQLExecutor:
         self._conn: Connection | None = None
         self._renderer = Renderer("mysql", tz=tz)
         self._max_query = 1 << 20
+        self._packet = 4 << 20
         self._conn = self._connection()
 
     def _connection(self) -> Connection:
@@ -127,6 +128,7 @@ class _MySQLExecutor:
                 cur.close()
             packet = int(row[0]) if row else 4 << 20
             self._max_query = max(64 << 10, packet // 4)  # len() counts characters, up to 4 bytes each
+            self._packet = packet
             self._conn = conn
         return self._conn
 
@@ -172,11 +174,21 @@ class _MySQLExecutor:
                 while j < len(texts) and size + len(texts[j]) + 1 <= limit:
                     size += len(texts[j]) + 1
                     j += 1
-                cur.execute(";".join(texts[i:j]) if j > i + 1 else texts[i])
+                query = ";".join(texts[i:j]) if j > i + 1 else texts[i]
+                if size * 4 > self._packet and (nbytes := len(query.encode())) > self._packet:
+                    raise ExecError(
+                        f"statement {i + 1} of {len(texts)} makes a query of {nbytes} bytes, more than the "
+                        f"downstream's max_allowed_packet ({self._packet}): raise max_allowed_packet",
+                        retriable=False,
+                    )
+                cur.execute(query)
                 done += 1
                 while cur.nextset():
                     done += 1
                 i = j
+        except ExecError:
+            self._rollback()
+            raise
         except pymysql.err.Error as exc:
             bad = texts[done] if done < len(texts) else "?"
             if len(bad) > STATEMENT_IN_ERROR:

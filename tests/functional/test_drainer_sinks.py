@@ -581,3 +581,27 @@ def test_killed_connection_is_retried(mysql_db: MySQLDSN) -> None:
         assert len(reported) == 4
     finally:
         sink.close()
+
+
+def test_statement_larger_than_max_allowed_packet_fails_at_once(mysql_db: MySQLDSN) -> None:
+    """A row too big for the downstream's max_allowed_packet: a clear, non-retried error (not 100 reconnects)."""
+    m = mysql_db
+    assert m.database is not None
+    down = Down("mysql", m.database, mysql=m)
+    sink = MySQLSink(host=m.host, port=m.port, user=m.user, password=m.password, worker_count=1)
+    sink.start(lambda ts: None)
+    try:
+        s = down.schema
+        down.ddl(sink, s.create_db(down.db))
+        down.ddl(sink, s.create_table(down.db, "t", [Column("id", "INT"), Column("v", "LONGTEXT")], primary_key=["id"]))
+        shape = s.shape(down.db, "t")
+        sink.loader._workers[0].executor._packet = 100_000  # type: ignore[attr-defined] # as if the server said so
+        ts = down.next_ts()
+        started = time.monotonic()
+        sink.add(Txn(ts, [ins(shape, 1, "x" * 200_000)]))
+        with pytest.raises(SinkError, match=r"more than the downstream's max_allowed_packet \(100000\)"):
+            sink.flush(DEADLINE)
+        assert time.monotonic() - started < 30, "the oversized statement was retried"
+        assert down.rows(shape) == []
+    finally:
+        sink.close()
