@@ -11,8 +11,10 @@ One thread takes binlogs from the merger in commit_ts order (reference §3.4):
   tables and filtered event types are dropped; what is left goes to the sink as one txn.
 
 Checkpoint: the sink reports successes in commit_ts order.  The saver thread writes
-``commit_ts`` (and the schema version of the last DDL applied at or before it) right after a
-DDL succeeded, else every ``save_interval`` seconds when there is progress.  A binlog that
+``commit_ts`` (and the schema version of the last DDL applied at or before it) every
+``save_interval`` seconds when there is progress.  A DDL is a barrier: the sink applies
+everything before it, the checkpoint is saved, the DDL runs alone, the checkpoint is saved
+again; a crash never replays DMLs of an old table shape against a new one.  A binlog that
 cannot be handled (unknown table id, a DDL the sink refuses) stops the syncer with an error:
 nothing at or after it is ever reported, so the checkpoint never passes it.
 
@@ -47,6 +49,8 @@ SAVE_INTERVAL: Final = 3.0
 SAFE_MODE_DURATION: Final = 300.0
 """Safe mode is forced this long after every start (original: 5 minutes)."""
 POLL: Final = 0.2
+BARRIER_POLL: Final = 0.5
+"""How often a DDL barrier waiting for the sink checks for a stop (seconds)."""
 _EVENT_NAMES: Final = {DMLType.INSERT: "Insert", DMLType.UPDATE: "Update", DMLType.DELETE: "Delete"}
 
 
@@ -58,7 +62,6 @@ class SyncerError(BinlogError):
 class _Pending:
     commit_ts: int
     schema_version: int
-    is_ddl: bool
     has_data: bool
 
 
@@ -110,7 +113,6 @@ class Syncer:
         self._last_version = schema_version
         self._saved_ts = start_ts
         self._saved_version = schema_version
-        self._ddl_done = False
         self._last_progress = clock()
         self._last_data = clock()
         self._data_pending = 0
@@ -118,16 +120,24 @@ class Syncer:
         self._error: BaseException | None = None
         self._started_at = clock()
         self._forced_safe = False
+        self._first_binlog = True
+        self._started = False
+        self._save_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
 
     # ---------------------------------------------------------------------------------- lifecycle
     def start(self) -> None:
-        self._started_at = self._clock()  # safe mode is forced for safe_mode_duration from here
+        last = self.checkpoint.last
+        if last is not None and last.consistent:
+            # from now on the downstream moves past the checkpoint: it is no longer a consistent point
+            self._save(consistent=False, force=True)
+        self._started_at = self._clock()  # until the first binlog; then safe mode runs from that one
         self._forced_safe = self.safe_mode_duration > 0
         self.sink.set_safe_mode(self._forced_safe or self.safe_mode)
         if self._forced_safe:
-            log.info("safe mode forced for %.0fs after start", self.safe_mode_duration)
+            log.info("safe mode forced for %.0fs from the first binlog", self.safe_mode_duration)
         self.sink.start(self._on_success)
+        self._started = True
         for name, target in (("syncer", self._run), ("checkpoint-saver", self._saver)):
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
@@ -155,19 +165,21 @@ class Syncer:
         self.schema.close()  # a DDL job still awaited: stop waiting for it
         with self._cond:
             self._cond.notify_all()
+        deadline = time.monotonic() + flush_timeout  # one bound for the whole stop
         for t in self._threads:
-            t.join(timeout=flush_timeout)
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
+        if not self._started:
+            return  # never applied anything: the stored checkpoint stays exactly as it was
         consistent = self._error is None
         try:
-            self.sink.flush(flush_timeout)
+            self.sink.flush(max(0.0, deadline - time.monotonic()))
         except (BinlogError, TimeoutError) as exc:
             log.warning("final flush failed: %s", exc)
             consistent = False
         with self._cond:
             consistent = consistent and not self._pending
-            ts, version = self._last_ts, self._last_version
         try:
-            self._save(ts, version, consistent=consistent)
+            self._save(consistent=consistent, force=True)
         except BinlogError as exc:
             log.error("final checkpoint save failed: %s", exc)
 
@@ -182,6 +194,9 @@ class Syncer:
                 item = self.merger.get(timeout=POLL)
                 if item is None:
                     continue
+                if self._first_binlog:
+                    self._first_binlog = False
+                    self._started_at = self._clock()
                 txn = self._txn_of(item)
                 self._add(txn)
         except DDLJobNotFoundError as exc:
@@ -203,7 +218,9 @@ class Syncer:
             self._on_fatal(exc)
 
     def _check_safe_mode(self) -> None:
-        if self._forced_safe and self._clock() - self._started_at >= self.safe_mode_duration:
+        """The forced window counts from the first binlog after start: a merge blocked at start-up
+        (a pump down) must not use up the window that covers the replay after a crash."""
+        if self._forced_safe and not self._first_binlog and self._clock() - self._started_at >= self.safe_mode_duration:
             self._forced_safe = False
             log.info("forced safe mode over; safe-mode=%s from now on", self.safe_mode)
             self.sink.set_safe_mode(self.safe_mode)
@@ -243,13 +260,11 @@ class Syncer:
         return Txn(ts, ddl=ddl, binlog=b, size=b.ByteSize(), schema_version=version)
 
     def _dml_txn(self, b: binlog_pb2.Binlog, item: MergeItem) -> Txn:
-        _, dmls = translate(b, self.schema, node_id=item.node_id)
         f = self.filter
-        kept = [
-            d
-            for d in dmls
-            if not f.skip_table(d.shape.db, d.shape.table) and not f.skip_dml(d.shape.db, d.shape.table, d.tp)
-        ]
+        _, dmls = translate(
+            b, self.schema, node_id=item.node_id, skip_table=lambda shape: f.skip_table(shape.db, shape.table)
+        )
+        kept = [d for d in dmls if not f.skip_dml(d.shape.db, d.shape.table, d.tp)]
         return Txn(b.commit_ts, dmls=kept, binlog=b, size=item.size)
 
     def _add(self, txn: Txn) -> None:
@@ -257,7 +272,7 @@ class Syncer:
         self._added_version = max(self._added_version, txn.schema_version)
         has_data = not txn.is_empty
         with self._cond:
-            self._pending.append(_Pending(txn.commit_ts, self._added_version, is_ddl or txn.ddl is not None, has_data))
+            self._pending.append(_Pending(txn.commit_ts, self._added_version, has_data))
             self._data_pending += has_data
         if self.metrics is not None:
             ev = self.metrics.event
@@ -265,7 +280,27 @@ class Syncer:
                 ev.labels(_EVENT_NAMES[d.tp]).inc()
             if is_ddl:
                 ev.labels("DDL").inc()
+        if txn.ddl is None:
+            self.sink.add(txn)
+            return
+        # A DDL is a barrier with a checkpoint on each side.  Before: so a crash after the DDL ran
+        # never replays DMLs of the old table shape against the new one (a dropped column, a renamed
+        # table: errors no retry or safe mode fixes); the replay starts at the DDL itself, whose
+        # repeat fails with an ignorable "already exists / does not exist" error.  After: right away.
+        self._barrier()
         self.sink.add(txn)
+        self._barrier()
+
+    def _barrier(self) -> None:
+        """Wait until the sink applied everything added, then save the checkpoint there."""
+        while True:
+            try:
+                self.sink.flush(BARRIER_POLL)
+                break
+            except TimeoutError:
+                if self._stop.is_set():
+                    raise SyncerError("stopped while waiting for the sink at a DDL") from None
+        self._save(consistent=False)
 
     # ------------------------------------------------------------------------------ checkpoint
     def _on_success(self, commit_ts: int) -> None:
@@ -275,42 +310,47 @@ class Syncer:
                 p = self._pending.popleft()
                 self._last_ts = p.commit_ts
                 self._last_version = max(self._last_version, p.schema_version)
-                self._ddl_done = self._ddl_done or p.is_ddl
                 if p.has_data:
                     self._data_pending -= 1
                     self._last_data = self._clock()
                 moved = True
             if moved:
                 self._last_progress = self._clock()
-                if self._ddl_done:
-                    self._cond.notify_all()
 
     def _saver(self) -> None:
         next_save = self._clock() + self.save_interval
         while True:
             with self._cond:
-                while not self._ddl_done and not self._stop.is_set():
+                while not self._stop.is_set():
                     left = next_save - self._clock()
                     if left <= 0:
                         break
                     self._cond.wait(left)
                 if self._stop.is_set():
                     return
-                ts, version = self._last_ts, self._last_version
-                self._ddl_done = False
             next_save = self._clock() + self.save_interval
-            if ts > self._saved_ts or version > self._saved_version:
-                try:
-                    self._save(ts, version, consistent=False)
-                except BinlogError as exc:
-                    self._fail(SyncerError(f"checkpoint save at commit_ts={ts} failed: {exc}"))
-                    return
+            try:
+                self._save(consistent=False)
+            except BinlogError as exc:
+                self._fail(exc)
+                return
 
-    def _save(self, ts: int, version: int, *, consistent: bool) -> None:
-        self.checkpoint.save(ts, version, consistent=consistent)
-        if self.metrics is not None:
-            self.metrics.saved(ts)
-        with self._cond:
-            self._saved_ts = max(self._saved_ts, ts)
-            self._saved_version = max(self._saved_version, version)
+    def _save(self, *, consistent: bool, force: bool = False) -> None:
+        """Save the newest applied position (read under the save lock, so saves never go backwards);
+        only when it moved, unless `force`."""
+        with self._save_lock:
+            with self._cond:
+                ts, version = self._last_ts, self._last_version
+                moved = ts > self._saved_ts or version > self._saved_version
+            if not (moved or force):
+                return
+            try:
+                self.checkpoint.save(ts, version, consistent=consistent)
+            except BinlogError as exc:
+                raise SyncerError(f"checkpoint save at commit_ts={ts} failed: {exc}") from exc
+            if self.metrics is not None:
+                self.metrics.saved(ts)
+            with self._cond:
+                self._saved_ts = max(self._saved_ts, ts)
+                self._saved_version = max(self._saved_version, version)
         log.debug("checkpoint saved commit_ts=%d schema_version=%d consistent=%s", ts, version, consistent)

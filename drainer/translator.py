@@ -23,6 +23,7 @@ Mutations on the old id of a truncated table are dropped (the original ``rewrite
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from google.protobuf.message import DecodeError
@@ -52,10 +53,17 @@ def is_fake(b: binlog_pb2.Binlog) -> bool:
     return b.tp == binlog_pb2.Rollback and b.start_ts == b.commit_ts > 0 and not b.ddl_job_id
 
 
-def translate(b: binlog_pb2.Binlog, schema: DrainerSchema, *, node_id: str = "") -> tuple[int, list[DML]]:
+def translate(
+    b: binlog_pb2.Binlog,
+    schema: DrainerSchema,
+    *,
+    node_id: str = "",
+    skip_table: Callable[[TableShape], bool] | None = None,
+) -> tuple[int, list[DML]]:
     """The schema version and row events of a DML commit binlog (``(0, [])`` for any other binlog).
 
-    Applies history jobs up to the binlog's schema version first.  Raises
+    Applies history jobs up to the binlog's schema version first.  Rows of a table for which
+    `skip_table` says so are not decoded at all (a filtered table costs no decoding).  Raises
     :class:`~drainer.schema.UnknownTableError` for a table the schema does not know at that version
     and :class:`TranslateError` for rows that do not decode.
     """
@@ -79,6 +87,8 @@ def translate(b: binlog_pb2.Binlog, schema: DrainerSchema, *, node_id: str = "")
             )
             continue
         shape = schema.shape(m.table_id, version, commit_ts=b.commit_ts, node_id=node_id)
+        if skip_table is not None and skip_table(shape):
+            continue
         try:
             _mutation(m, _Decoder(shape), b.commit_ts, dmls)
         except CodecError as exc:

@@ -160,6 +160,8 @@ def test_drainer_kill9_five_times_loses_nothing(cluster: Cluster) -> None:
     )
     sb = make_workload("sysbench", WorkloadOptions(database=name, tables=1, table_size=100))
     sb.setup(db)
+    ddl = make_workload("ddl", WorkloadOptions(database=cluster.dbname("killddl"), ddl_ratio=0.1))
+    ddl.setup(db)
     committed: list[tuple[int, int]] = []  # (ledger id, commit_ts)
     stop = threading.Event()
 
@@ -173,6 +175,7 @@ def test_drainer_kill9_five_times_loses_nothing(cluster: Cluster) -> None:
 
     writers = [threading.Thread(target=ledger)]
     writers.append(threading.Thread(target=lambda: run(db, sb, threads=2, seed=3, stop=stop, duration=3600)))
+    writers.append(threading.Thread(target=lambda: run(db, ddl, threads=1, seed=4, stop=stop, duration=3600)))
     for t in writers:
         t.start()
     rng = random.Random(5)

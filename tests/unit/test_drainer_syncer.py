@@ -435,11 +435,11 @@ def test_ddl_applies_its_job_and_the_checkpoint_is_saved_right_after_it_succeeds
     assert r.schema is not None
     assert r.schema.version() == job.schema_version == before + 1
 
-    r.saver_had_its_chance()
-    assert r.saves == []  # nothing succeeded yet
-    r.sink.release(ddl_b.commit_ts)
-    # no clock movement: the DDL's success alone triggers the save, with the DDL's schema version
+    # the DDL is a barrier: the sink applies it alone (flushed before and after) and the checkpoint is
+    # saved right after it, with its schema version, with no clock movement
     assert r.wait_saves(1) == [state(ddl_b.commit_ts, job.schema_version)]
+    assert ddl_b.commit_ts in r.sink.acked
+    assert dml_b.commit_ts not in r.sink.acked
     r.sink.release()
     r.saver_had_its_chance()
     assert len(r.saves) == 1  # a DML's success waits for the interval
@@ -556,15 +556,12 @@ def test_checkpoint_is_never_saved_ahead_of_the_sinks_success_reports(rigs: Call
     r.put(b1, b2, b3, b4, b5)
     r.sink.wait_txns(5)
 
-    for _ in range(3):  # intervals pass, nothing has succeeded: nothing to save
+    # the DDL is a barrier: everything before it applied and saved, then the DDL applied and saved
+    assert r.wait_saves(2) == [state(b2.commit_ts, 2), state(b3.commit_ts, job.schema_version)]
+    for _ in range(3):  # intervals pass, nothing after the DDL has succeeded: nothing more to save
         r.periodic_save_due()
         r.saver_had_its_chance()
-    assert r.saves == []
-    r.sink.release(b1.commit_ts)
-    r.periodic_save_due()
-    assert r.wait_saves(1) == [state(b1.commit_ts, 2)]
-    r.sink.release(b3.commit_ts)  # the DDL: saved at once, with its version
-    assert r.wait_saves(2)[1] == state(b3.commit_ts, job.schema_version)
+    assert len(r.saves) == 2
     r.sink.release(b4.commit_ts)
     r.periodic_save_due()
     assert r.wait_saves(3)[2] == state(b4.commit_ts, job.schema_version)
@@ -646,6 +643,8 @@ def test_safe_mode_is_forced_at_start_then_follows_the_config(rigs: Callable[...
     syncer = r.start({"syncer.safe-mode": configured, "syncer.safe-mode-duration": "5m"})
     assert syncer.safe_mode_duration == 300.0
     assert r.sink.calls[:2] == ["safe_mode=True", "start"]  # forced before the first txn can be added
+    r.put(r.fake())  # the window counts from the first binlog
+    r.sink.wait_txns(1)
     r.clock.advance(299.0)
     r.clock.settle(LOOP, 2)
     assert r.sink.safe_modes == [True]
@@ -653,15 +652,20 @@ def test_safe_mode_is_forced_at_start_then_follows_the_config(rigs: Callable[...
     assert r.sink.wait_safe_modes(2) == [True, configured]
     r.clock.advance(1000.0)
     r.put(r.fake())
-    r.sink.wait_txns(1)
+    r.sink.wait_txns(2)
     assert r.sink.safe_modes == [True, configured]  # switched once
 
 
-def test_forced_safe_mode_counts_from_start_not_from_construction(rigs: Callable[..., Rig]) -> None:
+def test_forced_safe_mode_counts_from_the_first_binlog(rigs: Callable[..., Rig]) -> None:
+    """A merge blocked at start-up (a pump down) does not use up the window that covers the crash replay."""
     r = rigs()
     syncer = r.build({"syncer.safe-mode-duration": "5m"})
     r.clock.advance(200.0)  # built, started later
     syncer.start()
+    r.clock.advance(600.0)  # no binlog yet: longer than the window, which has not begun
+    r.put(r.fake())
+    r.sink.wait_txns(1)
+    assert r.sink.safe_modes == [True]
     r.clock.advance(299.0)
     r.clock.settle(LOOP, 2)
     assert r.sink.safe_modes == [True]
@@ -830,3 +834,26 @@ def test_idle_for_counts_from_the_last_applied_dml_or_ddl_and_is_0_while_some_ar
     r.sink.release()
     r.clock.advance(2.0)
     assert syncer.idle_for() == 2.0
+
+
+# ------------------------------------------------------------------------------- consistent flag
+
+
+def test_a_consistent_checkpoint_is_marked_inconsistent_before_anything_is_applied(rigs: Callable[..., Rig]) -> None:
+    """After a clean stop the stored checkpoint says consistent=true; once this run applies past it, a
+    kill -9 must not leave that claim behind: start() rewrites it as consistent=false first."""
+    r = rigs()
+    assert isinstance(r.checkpoint, MemoryCheckpoint)
+    r.checkpoint.save(0, r.w.schema.version, consistent=True)  # what a clean stop left
+    r.start()
+    assert r.saves[-1] == state(0, r.w.schema.version, consistent=False)
+
+
+def test_stop_without_start_leaves_the_checkpoint_alone(rigs: Callable[..., Rig]) -> None:
+    """A drainer whose start failed half-way (e.g. its gRPC port taken) must not claim consistent=true."""
+    r = rigs()
+    assert isinstance(r.checkpoint, MemoryCheckpoint)
+    r.checkpoint.save(0, r.w.schema.version, consistent=False)  # a kill -9 left this
+    r.build()
+    r.stop()
+    assert r.saves == [state(0, r.w.schema.version, consistent=False)]
