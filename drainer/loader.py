@@ -255,9 +255,10 @@ class Loader:
             with w.cv:
                 w.cv.notify_all()
         threads = [self._coordinator] + [w.thread for w in self._workers]
+        deadline = time.monotonic() + CLOSE_JOIN_TIMEOUT  # one bound for all of them
         for t in threads:
             if t is not None and t is not threading.current_thread():
-                t.join(CLOSE_JOIN_TIMEOUT)
+                t.join(max(0.0, deadline - time.monotonic()))
                 if t.is_alive():
                     log.warning("%s: thread %s still busy after %.0fs", self.name, t.name, CLOSE_JOIN_TIMEOUT)
         for w in self._workers:
