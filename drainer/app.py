@@ -169,7 +169,11 @@ class DrainerApp:
         self.schema.load(version)
         self.merger = merger = Merger(start_ts)
         self.sink = self._sink_factory(cfg)
-        self.metrics = DrainerMetrics(self.pump_positions, lambda: 0)
+        self.metrics = DrainerMetrics(
+            self.pump_positions,
+            lambda: sum(merger.buffered_bytes(n) for n in merger.source_ids()),
+            lambda: merger.disorders,
+        )
         self.syncer = Syncer(
             merger,
             self.schema,
@@ -223,6 +227,8 @@ class DrainerApp:
         if self.fatal is None:
             self.fatal = exc
             log.error("drainer stops: %s", exc)
+            if self.metrics is not None:
+                self.metrics.error.labels(type(exc).__name__).inc()
         self._shutdown.set()
 
     # ------------------------------------------------------------------------------------ close

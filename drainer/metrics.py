@@ -9,7 +9,7 @@ Names are the original ones; prometheus_client exposes a counter `x` as `x_total
     binlog_drainer_event{type}                    counter, Insert | Update | Delete | DDL | savepoint
     binlog_drainer_error_count{type}              counter
     binlog_drainer_disorder_binlog_count          counter (the original defined but never registered it)
-    binlog_drainer_queue_size{name}               gauge, syncer_input = merged binlogs buffered
+    binlog_drainer_queue_size{name}               gauge, syncer_input = bytes of binlogs buffered in the merge
 
 Gauges that read live state (pump positions, queue size) are collected at scrape time.
 """
@@ -31,7 +31,7 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from common import tso
@@ -40,9 +40,12 @@ DELAY_BUCKETS: Final = tuple(0.001 * 2**i for i in range(22))
 
 
 class _LiveCollector(Collector):
-    def __init__(self, positions: Callable[[], dict[str, int]], queue_size: Callable[[], int]) -> None:
+    def __init__(
+        self, positions: Callable[[], dict[str, int]], queue_size: Callable[[], int], disorders: Callable[[], int]
+    ) -> None:
         self._positions = positions
         self._queue_size = queue_size
+        self._disorders = disorders
 
     def collect(self) -> Iterable[Metric]:
         pos = GaugeMetricFamily("binlog_drainer_pump_position", "pump position (physical ms)", labels=["nodeID"])
@@ -56,11 +59,18 @@ class _LiveCollector(Collector):
         with contextlib.suppress(Exception):
             q.add_metric(["syncer_input"], self._queue_size())
         yield q
+        d = CounterMetricFamily("binlog_drainer_disorder_binlog_count", "binlogs out of commit_ts order (dropped)")
+        with contextlib.suppress(Exception):
+            d.add_metric([], self._disorders())
+        yield d
 
 
 class DrainerMetrics:
     def __init__(
-        self, positions: Callable[[], dict[str, int]] = dict, queue_size: Callable[[], int] = lambda: 0
+        self,
+        positions: Callable[[], dict[str, int]] = dict,
+        queue_size: Callable[[], int] = lambda: 0,
+        disorders: Callable[[], int] = lambda: 0,
     ) -> None:
         r = self.registry = CollectorRegistry()
         self.checkpoint_tso = Gauge("binlog_drainer_checkpoint_tso", "save checkpoint tso (physical ms)", registry=r)
@@ -70,8 +80,7 @@ class DrainerMetrics:
         self.ddl_jobs = Counter("binlog_drainer_ddl_jobs", "DDL jobs applied", registry=r)
         self.event = Counter("binlog_drainer_event", "events by type", ["type"], registry=r)
         self.error = Counter("binlog_drainer_error_count", "errors by type", ["type"], registry=r)
-        self.disorder = Counter("binlog_drainer_disorder_binlog_count", "binlogs out of order (dropped)", registry=r)
-        r.register(_LiveCollector(positions, queue_size))
+        r.register(_LiveCollector(positions, queue_size, disorders))
         ProcessCollector(registry=r)
         PlatformCollector(registry=r)
         GCCollector(registry=r)
