@@ -193,6 +193,14 @@ class DrainerConfig(NodeAddress):
             )
         if s.loopback_control:
             raise ConfigError("'syncer.loopback-control' is not supported yet; set it to false")
+        if s.relay.log_dir:
+            raise ConfigError(
+                "'syncer.relay.log-dir' is set, but the relay log is not supported yet; remove it to run without one"
+            )
+        if s.to.sync_mode != 1:
+            raise ConfigError(f"'syncer.to.sync-mode' = {s.to.sync_mode} is not supported; only 1 (full columns) is")
+        if s.to.merge:
+            raise ConfigError("'syncer.to.merge' = true is not supported; set it to false")
         if s.to.encrypted_password:
             raise ConfigError("'syncer.to.encrypted_password' is not supported yet; set 'syncer.to.password' instead")
 

@@ -228,6 +228,9 @@ def test_ignored_keys_are_accepted_and_listed(tmp_path: Path) -> None:
         ({"syncer.loopback-control": "true"}, r"'syncer.loopback-control' is not supported yet"),
         ({"syncer.to.encrypted_password": "xyz"}, r"encrypted_password' is not supported yet"),
         ({"syncer.to.checkpoint.type": "oracle"}, r"'syncer.to.checkpoint.type' = 'oracle' is not supported"),
+        ({"syncer.relay.log-dir": "/relay"}, r"the relay log is not supported yet"),
+        ({"syncer.to.sync-mode": 2}, r"'syncer.to.sync-mode' = 2 is not supported"),
+        ({"syncer.to.merge": "true"}, r"'syncer.to.merge' = true is not supported"),
     ],
 )
 def test_unsupported_settings_load_but_are_refused(flags: dict[str, object], message: str) -> None:
