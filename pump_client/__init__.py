@@ -4,15 +4,17 @@ from pump_client import PumpsClient
 client = PumpsClient("http://127.0.0.1:2379", strategy="range")
 client.write_binlog(prewrite)          # raises PumpClientError when no pump took it
 client.write_binlog_async(commit)      # never fails; delivered to the prewrite's pump
+client.write_encoded_binlog(encoded)   # a big prewrite already marshalled in pieces (no copies)
 client.close()
 """
 
 from __future__ import annotations
 
 from pump_client.client import PumpsClient
-from pump_client.errors import ClientClosedError, NoPumpError, PumpClientError, PumpFullError
+from pump_client.errors import BinlogTooLargeError, ClientClosedError, NoPumpError, PumpClientError, PumpFullError
 from pump_client.membership import PumpInfo
 from pump_client.metrics import ClientMetrics
+from pump_client.payload import EncodedBinlog
 from pump_client.selector import HASH, RANGE, SCORE, STRATEGIES
 
 __all__ = [
@@ -20,8 +22,10 @@ __all__ = [
     "RANGE",
     "SCORE",
     "STRATEGIES",
+    "BinlogTooLargeError",
     "ClientClosedError",
     "ClientMetrics",
+    "EncodedBinlog",
     "NoPumpError",
     "PumpClientError",
     "PumpFullError",

@@ -31,9 +31,10 @@ from common.pd_client import CLUSTER_ID_KEY, read_cluster_id
 from common.registry import NodeChange, NodeKind, Registry
 from pump_client.commit import CommitJob
 from pump_client.dispatch import DEFAULT_MAX_PENDING, DEFAULT_WORKERS, Dispatcher
-from pump_client.errors import ClientClosedError, NoPumpError, PumpClientError, PumpFullError
+from pump_client.errors import BinlogTooLargeError, ClientClosedError, NoPumpError, PumpClientError, PumpFullError
 from pump_client.membership import DEFAULT_MAX_ERR_NUMS, Membership, PumpInfo
 from pump_client.metrics import COMMIT, PREWRITE, ClientMetrics
+from pump_client.payload import MAX_HEADER_SIZE, EncodedBinlog, encode_write_req, request_size
 from pump_client.retry import (
     DEFAULT_COMMIT_TIMEOUT,
     DEFAULT_RETRY_INTERVAL,
@@ -43,7 +44,7 @@ from pump_client.retry import (
     on_error,
 )
 from pump_client.selector import RANGE, make_selector
-from pump_client.transport import DEFAULT_MAX_MESSAGE_SIZE, AttemptError, PumpTransport
+from pump_client.transport import DEFAULT_MAX_MESSAGE_SIZE, AttemptError, PumpTransport, Request
 from pump_client.tsmap import DEFAULT_MAX_TRACKED_TXNS, StartTsMap
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,7 @@ class PumpsClient:
         self._watcher: PrefixWatcher | None = None
         self._prober: threading.Thread | None = None
         self._dispatcher: Dispatcher | None = None
+        self._max_message_size = max_message_size
         self._transport = PumpTransport(tls=tls, max_message_size=max_message_size, retire_after=write_timeout + 5.0)
         self._etcd = EtcdClient(etcd_urls, tls=tls, retry_for=connect_timeout)
         try:
@@ -169,11 +171,13 @@ class PumpsClient:
         """Write one binlog.  A prewrite raises PumpClientError when every pump failed; a commit or
         rollback never raises (it is retried on its prewrite's pump for up to commit_timeout)."""
         if binlog.tp == binlog_pb2.Prewrite:
-            self._write_prewrite(binlog)
+            self._write_prewrite(binlog.start_ts, self._request(binlog.start_ts, [gogo.marshal_binlog(binlog)]))
             return
-        job = self._commit_job(binlog)
-        if job is None:
-            return
+        job = self._commit_job(binlog.tp, binlog.start_ts, binlog.commit_ts, [gogo.marshal_binlog(binlog)])
+        if job is not None:
+            self._run_commit_job(job)
+
+    def _run_commit_job(self, job: CommitJob) -> None:
         while True:
             delay = job.step()
             if delay is None:
@@ -182,26 +186,51 @@ class PumpsClient:
                 job.abandon()
                 return
 
+    def write_encoded_binlog(self, binlog: EncodedBinlog) -> None:
+        """`write_binlog` for a binlog already marshalled in pieces (a large prewrite): the pieces are
+        joined into the request once and dropped, never copied into protobuf messages.  Raises
+        BinlogTooLargeError, before sending anything, when the request would exceed max_message_size."""
+        if binlog.tp == binlog_pb2.Prewrite:
+            self._write_prewrite(binlog.start_ts, self._request(binlog.start_ts, binlog.take()))
+            return
+        job = self._commit_job(binlog.tp, binlog.start_ts, binlog.commit_ts, binlog.take())
+        if job is not None:
+            self._run_commit_job(job)
+
+    @property
+    def max_binlog_size(self) -> int:
+        """The largest binlog (marshalled bytes) a request can carry: max_message_size less the header."""
+        return self._max_message_size - MAX_HEADER_SIZE
+
     def write_binlog_async(self, binlog: binlog_pb2.Binlog) -> Future[None]:
         """Send a commit or rollback binlog in the background; the future resolves (always with None)
         once it is delivered or given up.  A prewrite is written synchronously (it may raise)."""
         if binlog.tp == binlog_pb2.Prewrite:
-            self._write_prewrite(binlog)
+            self.write_binlog(binlog)
             done: Future[None] = Future()
             done.set_result(None)
             return done
-        job = self._commit_job(binlog)
+        job = self._commit_job(binlog.tp, binlog.start_ts, binlog.commit_ts, [gogo.marshal_binlog(binlog)])
         if job is None or self._dispatcher is None:
             finished: Future[None] = Future()
             finished.set_result(None)
             return finished
         return self._dispatcher.submit(job)
 
-    def _write_prewrite(self, binlog: binlog_pb2.Binlog) -> None:
-        start_ts = binlog.start_ts
+    def _request(self, start_ts: int, payload: list[bytes]) -> bytes:
+        """The request bytes of a prewrite (BinlogTooLargeError past max_message_size)."""
+        size = request_size(self.cluster_id, sum(len(p) for p in payload))
+        if size > self._max_message_size:
+            self.metrics.give_up(PREWRITE)
+            raise BinlogTooLargeError(
+                f"prewrite binlog start_ts={start_ts} is {size} bytes, more than max_message_size "
+                f"{self._max_message_size} (the pumps' max-message-size): not sent"
+            )
+        return encode_write_req(self.cluster_id, payload)
+
+    def _write_prewrite(self, start_ts: int, request: bytes) -> None:
         if self._closed:
             raise ClientClosedError(f"pump client is closed: prewrite start_ts={start_ts} not written")
-        request = pump_pb2.WriteBinlogReq(clusterID=self.cluster_id, payload=gogo.marshal_binlog(binlog))
         policy = self._policy
         begin = time.monotonic()
         retry = 0
@@ -233,7 +262,7 @@ class PumpsClient:
                 raise ClientClosedError(f"pump client closed while writing prewrite start_ts={start_ts}")
         self._write_to_any_online(start_ts, request, last)
 
-    def _write_to_any_online(self, start_ts: int, request: pump_pb2.WriteBinlogReq, last: str) -> None:
+    def _write_to_any_online(self, start_ts: int, request: bytes, last: str) -> None:
         """The last resort: every online pump once, available or not, each on a fresh channel."""
         with self._lock:
             pumps = self._membership.online()
@@ -250,16 +279,15 @@ class PumpsClient:
         self.metrics.give_up(PREWRITE)
         raise PumpClientError(f"write binlog start_ts={start_ts} failed, the last error {last}")
 
-    def _commit_job(self, binlog: binlog_pb2.Binlog) -> CommitJob | None:
-        start_ts = binlog.start_ts
+    def _commit_job(self, tp: int, start_ts: int, commit_ts: int, payload: list[bytes]) -> CommitJob | None:
         node_id = self._tsmap.get(start_ts)
         if node_id is None:
             log.warning(
                 "no prewrite known for start_ts=%d: commit binlog (tp=%d, commit_ts=%d) dropped; "
                 "the pump's resolver decides the transaction",
                 start_ts,
-                binlog.tp,
-                binlog.commit_ts,
+                tp,
+                commit_ts,
             )
             self.metrics.give_up(COMMIT)
             return None
@@ -268,12 +296,11 @@ class PumpsClient:
             self._tsmap.pop(start_ts)
             self.metrics.give_up(COMMIT)
             return None
-        request = pump_pb2.WriteBinlogReq(clusterID=self.cluster_id, payload=gogo.marshal_binlog(binlog))
         return CommitJob(
             node_id,
             start_ts,
-            binlog.commit_ts,
-            request,
+            commit_ts,
+            encode_write_req(self.cluster_id, payload),
             self._policy,
             lookup=self._pump,
             attempt=self._attempt,
@@ -301,7 +328,7 @@ class PumpsClient:
             self._selector_version = self._membership.version
 
     def _attempt(
-        self, node_id: str, addr: str, request: pump_pb2.WriteBinlogReq, timeout: float, *, retry: bool
+        self, node_id: str, addr: str, request: Request, timeout: float, *, retry: bool
     ) -> AttemptError | None:
         """One call; updates the pump's error count, its channel and the metrics.  The error, or None."""
         try:

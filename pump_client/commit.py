@@ -14,10 +14,9 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from common.pb import pump_pb2
 from pump_client.membership import PumpInfo
 from pump_client.retry import RetryPolicy
-from pump_client.transport import AttemptError
+from pump_client.transport import AttemptError, Request
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +28,7 @@ class Attempt(Protocol):
     """One call to a pump: the error, or None on success."""
 
     def __call__(
-        self, node_id: str, addr: str, request: pump_pb2.WriteBinlogReq, timeout: float, *, retry: bool
+        self, node_id: str, addr: str, request: Request, timeout: float, *, retry: bool
     ) -> AttemptError | None: ...
 
 
@@ -43,7 +42,7 @@ class CommitJob:
         node_id: str,
         start_ts: int,
         commit_ts: int,
-        request: pump_pb2.WriteBinlogReq,
+        request: Request,
         policy: RetryPolicy,
         *,
         lookup: Lookup,

@@ -7,6 +7,7 @@
       PumpFullError          a pump answered RESOURCE_EXHAUSTED (disk below stop-write-at-available-space,
                              message too large, too many calls): never retried, raised at once
       ClientClosedError      the client is closed
+      BinlogTooLargeError    a prewrite larger than max_message_size: refused before sending
 
 Commit and rollback binlogs never raise: the pump's resolver fills the gap (reference §2).
 """
@@ -36,5 +37,11 @@ class PumpFullError(PumpClientError, ResourceExhaustedError):
 
 class ClientClosedError(PumpClientError):
     """The client was closed."""
+
+    retriable = False
+
+
+class BinlogTooLargeError(PumpClientError):
+    """A prewrite binlog larger than the client's max_message_size (the pumps' max-message-size); never sent."""
 
     retriable = False

@@ -26,6 +26,7 @@ from common.pb import pump_pb2, pump_pb2_grpc
 
 log = logging.getLogger(__name__)
 
+WRITE_METHOD = "/binlog.Pump/WriteBinlog"
 DEFAULT_MAX_MESSAGE_SIZE = 2 * 1024**3 - 4 * 1024**2
 """grpc send limit: the pump's default `max-message-size` (2 GiB - 4 MiB, pump/config.py), so 1 GiB binlogs pass."""
 
@@ -43,10 +44,16 @@ class AttemptError(Exception):
         return f"{self.code.name if self.code is not None else 'ERROR'}: {self.message}"
 
 
+Request = pump_pb2.WriteBinlogReq | bytes
+"""A WriteBinlog request: a message, or its wire bytes (pump_client/payload.py), sent without a copy."""
+
+
 @dataclass
 class _Conn:
     channel: grpc.Channel
     stub: pump_pb2_grpc.PumpStub
+    raw: grpc.UnaryUnaryMultiCallable[bytes, pump_pb2.WriteBinlogResp]
+    """WriteBinlog taking request bytes (no serializer)."""
     generation: int
 
 
@@ -90,7 +97,10 @@ class PumpTransport:
         else:
             channel = grpc.secure_channel(addr, self._credentials, options=self._options)
         self._generation += 1
-        conn = _Conn(channel, pump_pb2_grpc.PumpStub(channel), self._generation)
+        raw: grpc.UnaryUnaryMultiCallable[bytes, pump_pb2.WriteBinlogResp] = channel.unary_unary(
+            WRITE_METHOD, request_serializer=None, response_deserializer=pump_pb2.WriteBinlogResp.FromString
+        )
+        conn = _Conn(channel, pump_pb2_grpc.PumpStub(channel), raw, self._generation)
         self._conns[addr] = conn
         return conn
 
@@ -101,11 +111,14 @@ class PumpTransport:
             conn = self._conns.get(addr)
             return conn if conn is not None else self._new_conn_locked(addr)
 
-    def write(self, addr: str, request: pump_pb2.WriteBinlogReq, timeout: float) -> None:
+    def write(self, addr: str, request: Request, timeout: float) -> None:
         """One WriteBinlog call; AttemptError when it failed (status code, or errmsg)."""
         conn = self._conn(addr)
         try:
-            resp = conn.stub.WriteBinlog(request, timeout=timeout, wait_for_ready=False)
+            if isinstance(request, bytes):
+                resp = conn.raw(request, timeout=timeout, wait_for_ready=False)
+            else:
+                resp = conn.stub.WriteBinlog(request, timeout=timeout, wait_for_ready=False)
         except grpc.RpcError as exc:
             code = exc.code() if callable(getattr(exc, "code", None)) else None
             details = exc.details() if callable(getattr(exc, "details", None)) else str(exc)

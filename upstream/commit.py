@@ -1,18 +1,39 @@
 """Two-phase commit with binlog, as TiDB does it (wire-formats §1, DESIGN §4).
 
-    1. status row ``pending`` with a lock TTL, committed (the pump can see the txn lives)
-    2. in parallel:  P-binlog -> pump (through the client)
-                     storage prewrite: lock every touched row, check it still holds what the
-                     transaction read, apply the net changes (not committed)
-       either failing -> storage rollback, status ``rolled_back``, Rollback binlog; raise
-    3. commit_ts from pd-server; status ``committed`` + commit_ts in the same storage
-       transaction; storage commit
-    4. C-binlog sent asynchronously (the pump's resolver covers a writer that dies here)
+    1. at once, concurrently:
+         P-binlog -> pump (through the client, on a prewrite thread; the longest leg, sent first)
+         status row ``pending`` with a lock TTL, committed on a status session
+         storage prewrite: lock every touched row, check it still holds what the transaction
+         read, apply the net changes (not committed)
+       any failing -> storage rollback, status ``rolled_back``, Rollback binlog; raise
+    2. only when all three are done: commit_ts from pd-server; status ``committed`` + commit_ts
+       in the same storage transaction as the data; storage commit
+    3. C-binlog sent asynchronously (the pump's resolver covers a writer that dies here)
 
-With a store that allows a second writer connection (MySQL) the status row is written in
-the binlog branch of step 2, before the P-binlog is sent; with sqlite (one writer) it is
-written before step 2.  Rows are locked in (table id, handle) order, so two prewrites never
-deadlock on each other.
+Why the status row may trail the P-binlog: a pump that finds no row for a prewrite treats it
+as unknown and waits (up to ``max-txn-timeout``) before it writes a ``rolled_back`` tombstone;
+a late ``begin_pending`` then fails (conflict) and the transaction rolls back.
+``mark_committed`` runs only after ``begin_pending`` succeeded, so it always finds the row.
+
+Why commit_ts comes last: it must be larger than every timestamp a pump has already passed
+(the pump holds its watermark below a prewrite only once it has the P-binlog), and, with
+every row locked first, two conflicting transactions get commit_ts in their storage commit
+order (a commit_ts fetched before the locks are held could be older than that of a
+transaction that still holds them and commits first).
+
+With MySQL the status row is written on a second connection by another prewrite thread
+(``parallel_status``); writing it on the caller thread before the storage prewrite measured
+worse (bench/writer.py: +89-134% vs +69-85% p50 at 1 thread, +168% vs +90-96% at 8).
+
+sqlite has one writer: the status row is written first, on the caller thread while the
+P-binlog is in flight (tens of µs: not fsynced, see :mod:`upstream.store.sqlite`), then the
+data transaction takes the write lock and keeps it while it waits for the pump.  Waiting for
+the P-binlog before taking the lock when other threads want it measured worse (+340% vs
++130% p50 at 8 threads): sqlite's busy handler sleeps in steps of 1-100 ms, so a shorter
+hold does not make a shorter wait.  (A mutex queueing this process's writers instead of the
+busy handler cost throughput: with the GIL, a queue of 8 threads convoys.)
+
+Rows are locked in (table id, handle) order, so two prewrites never deadlock on each other.
 """
 
 from __future__ import annotations
@@ -25,8 +46,15 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 from common.pb import binlog_pb2
-from common.pb.gogo import marshal_prewrite_value
-from upstream.errors import BinlogWriteError, CommitUnknownError, SchemaChangedError, WriteConflictError
+from common.pb.gogo import uvarint, varint
+from pump_client.payload import EncodedBinlog
+from upstream.errors import (
+    BinlogWriteError,
+    CommitUnknownError,
+    SchemaChangedError,
+    TxnTooLargeError,
+    WriteConflictError,
+)
 from upstream.store.base import StoreError
 
 if TYPE_CHECKING:
@@ -113,65 +141,85 @@ def _commit_plain(txn: Transaction, entries: Sequence[Entry]) -> int:
     return commit_ts
 
 
-def _p_binlog(txn: Transaction, entries: Sequence[Entry]) -> binlog_pb2.Binlog:
+_PREWRITE_TAIL = b"\x38\x00\x40\x00"  # ddl_job_id = 0, ddl_schema_state = 0: always written (gogo)
+
+
+def encode_prewrite(start_ts: int, key: bytes, pv_parts: list[bytes]) -> EncodedBinlog:
+    """A DML prewrite binlog, the gogo bytes of ``binlog.Binlog`` in pieces (the value's are not copied):
+
+    08 00 (tp Prewrite) ‖ 10 varint(start_ts) ‖ 18 00 (commit_ts) ‖ 22 uvarint(len(key)) key
+    ‖ 2a uvarint(len(prewrite_value)) prewrite_value… ‖ 38 00 40 00
+    """
+    size = sum(len(p) for p in pv_parts)
+    head = b"\x08\x00\x10" + varint(start_ts) + b"\x18\x00\x22" + uvarint(len(key)) + key + b"\x2a" + uvarint(size)
+    return EncodedBinlog(binlog_pb2.Prewrite, start_ts, 0, [head, *pv_parts, _PREWRITE_TAIL])
+
+
+def _p_binlog(txn: Transaction, entries: Sequence[Entry]) -> tuple[EncodedBinlog, bytes]:
+    """The prewrite binlog and its key; the transaction's mutation log lets its rows go (the binlog has them).
+
+    TxnTooLargeError, before anything is sent, when the pumps would refuse it."""
     first = entries[0]
-    pv = txn.mutations.prewrite_value(txn.db.schema.version)
-    return binlog_pb2.Binlog(
-        tp=binlog_pb2.Prewrite,
-        start_ts=txn.start_ts,
-        prewrite_key=prewrite_key(first.ref.table.id, first.handle),
-        prewrite_value=marshal_prewrite_value(pv),
-    )
+    key = prewrite_key(first.ref.table.id, first.handle)
+    p = encode_prewrite(txn.start_ts, key, txn.mutations.prewrite_value_parts(txn.db.schema.version))
+    txn.mutations.clear()
+    limit = txn.db.max_binlog_size
+    if p.size > limit:
+        raise TxnTooLargeError(
+            f"transaction start_ts={txn.start_ts} is too large for a binlog: its prewrite binlog is {p.size} bytes, "
+            f"the pumps take at most {limit} (max-message-size)"
+        )
+    return p, key
 
 
 def _commit_with_binlog(txn: Transaction, entries: Sequence[Entry]) -> int:
     db = txn.db
     s = txn.session
-    p = _p_binlog(txn, entries)
+    start_ts = txn.start_ts
     ttl_ms = db.lock_ttl_ms(txn.mutations.size)
-    sent: Future[None]
-    if db.store.parallel_status:
-
-        def status_then_binlog() -> None:
-            db.status_begin(txn.start_ts, ttl_ms)
-            db.client_write(p)
-
-        sent = db.submit_prewrite(status_then_binlog)
-    else:
-        s.call(lambda: db.status.begin_pending(s.conn, txn.start_ts, ttl_ms))
-        sent = db.submit_prewrite(lambda: db.client_write(p))
-    db.track_pending(txn.start_ts, ttl_ms)
+    p, key = _p_binlog(txn, entries)
+    sent = db.submit_prewrite(lambda: db.client_write(p))  # the longest leg: it goes first
+    status: Future[None] | None = None
+    db.track_pending(start_ts, ttl_ms)
     try:
         try:
+            if db.store.parallel_status:
+                status = db.submit_prewrite(lambda: db.status_begin(start_ts, ttl_ms))
+            else:
+                db.status_begin(start_ts, ttl_ms)
             s.begin()
             _prewrite(txn, entries)
         finally:
             binlog_error = sent.exception()
+            status_error = None if status is None else status.exception()
+        if status_error is not None:
+            raise status_error
         if binlog_error is not None:
-            raise BinlogWriteError(f"prewrite binlog of start_ts={txn.start_ts}: {binlog_error}") from binlog_error
+            raise BinlogWriteError(f"prewrite binlog of start_ts={start_ts}: {binlog_error}") from binlog_error
+        # Only now: the prewrite binlog is durable on a pump and every row is locked (see the module docstring).
         commit_ts = db.tso.get_ts()
-        s.call(lambda: db.status.mark_committed(s.conn, txn.start_ts, commit_ts))
+        s.call(lambda: db.status.mark_committed(s.conn, start_ts, commit_ts))
     except BaseException as exc:
-        _abort(txn, p, exc)
+        _abort(txn, key, exc)
         raise
     finally:
-        db.untrack_pending(txn.start_ts)
+        db.untrack_pending(start_ts)
     try:
         s.commit()
     except StoreError as exc:
         raise CommitUnknownError(
-            f"storage commit of start_ts={txn.start_ts} commit_ts={commit_ts} failed: {exc}; "
+            f"storage commit of start_ts={start_ts} commit_ts={commit_ts} failed: {exc}; "
             "the txn-status row decides whether it committed"
         ) from exc
     if os.environ.get(CRASH_AFTER_COMMIT_ENV):
-        log.warning("start_ts=%s %s set: exiting before the commit binlog", txn.start_ts, CRASH_AFTER_COMMIT_ENV)
+        log.warning("start_ts=%s %s set: exiting before the commit binlog", start_ts, CRASH_AFTER_COMMIT_ENV)
         os._exit(137)
-    c = binlog_pb2.Binlog(tp=binlog_pb2.Commit, start_ts=txn.start_ts, commit_ts=commit_ts, prewrite_key=p.prewrite_key)
+    c = binlog_pb2.Binlog(tp=binlog_pb2.Commit, start_ts=start_ts, commit_ts=commit_ts, prewrite_key=key)
     db.client_write_async(c)
     return commit_ts
 
 
-def _abort(txn: Transaction, p: binlog_pb2.Binlog, cause: BaseException) -> None:
+def _abort(txn: Transaction, key: bytes, cause: BaseException) -> None:
     db = txn.db
     log.info("start_ts=%s rolled back: %s", txn.start_ts, cause)
     try:
@@ -180,5 +228,5 @@ def _abort(txn: Transaction, p: binlog_pb2.Binlog, cause: BaseException) -> None
     except StoreError as exc:
         log.warning("start_ts=%s storage rollback failed: %s", txn.start_ts, exc)
     db.status_rollback(txn.start_ts)
-    r = binlog_pb2.Binlog(tp=binlog_pb2.Rollback, start_ts=txn.start_ts, prewrite_key=p.prewrite_key)
+    r = binlog_pb2.Binlog(tp=binlog_pb2.Rollback, start_ts=txn.start_ts, prewrite_key=key)
     db.client_write_async(r)

@@ -37,6 +37,7 @@ from common.schema.history import SCHEMA_VERSION_KEY, DDLHistory, RowIDAllocator
 from common.schema.infoschema import InfoSchema
 from common.schema.model import Job, SchemaState, TableInfo
 from common.txnstatus import TxnStatusStore
+from pump_client.payload import MAX_HEADER_SIZE, EncodedBinlog
 from upstream.ddl import Column, Planner
 from upstream.errors import WriterError
 from upstream.store import Store, open_store
@@ -53,6 +54,9 @@ MAX_LOCK_TTL = 120.0
 LOCK_TTL_FACTOR_MS = 6000
 """TiDB's lock TTL grows with sqrt(transaction MB) by this factor."""
 PREWRITE_THREADS = 64
+DEFAULT_MAX_BINLOG_SIZE = 2 * 1024**3 - 4 * 1024**2 - MAX_HEADER_SIZE
+"""The largest prewrite binlog when the client does not say (the pumps' default max-message-size less
+the request header; pump_client.transport.DEFAULT_MAX_MESSAGE_SIZE)."""
 
 _T = TypeVar("_T")
 
@@ -224,8 +228,20 @@ class Database:
     def submit_prewrite(self, fn: Callable[[], None]) -> Future[None]:
         return self._prewrite_pool.submit(fn)
 
-    def client_write(self, binlog: binlog_pb2.Binlog) -> None:
+    def client_write(self, binlog: binlog_pb2.Binlog | EncodedBinlog) -> None:
+        if isinstance(binlog, EncodedBinlog):
+            write_encoded = getattr(self.client, "write_encoded_binlog", None)
+            if write_encoded is not None:
+                write_encoded(binlog)
+                return
+            binlog = binlog_pb2.Binlog.FromString(binlog.join())  # a client of another kind: a message
         self.client.write_binlog(binlog)
+
+    @property
+    def max_binlog_size(self) -> int:
+        """The largest prewrite binlog the pumps take (the client's max message size less its header)."""
+        size = getattr(self.client, "max_binlog_size", None)
+        return size if isinstance(size, int) else DEFAULT_MAX_BINLOG_SIZE
 
     def client_write_async(self, binlog: binlog_pb2.Binlog) -> None:
         self.client.write_binlog_async(binlog)
@@ -234,7 +250,7 @@ class Database:
         with self._pool_lock:
             s = self._idle_status.pop() if self._idle_status else None
         if s is None:
-            s = self.store.session()
+            s = self.store.status_session()
         try:
             fn(s)
         except BaseException:
@@ -245,11 +261,12 @@ class Database:
             self._idle_status.append(s)
 
     def status_begin(self, start_ts: int, ttl_ms: int) -> None:
-        self._with_status_session(lambda s: self.status.begin_pending(s.conn, start_ts, ttl_ms))
+        """The transaction's status row, ``pending`` with a lock TTL, committed on a status session."""
+        self._with_status_session(lambda s: s.call(lambda: self.status.begin_pending(s.conn, start_ts, ttl_ms)))
 
     def status_rollback(self, start_ts: int) -> None:
         try:
-            self._with_status_session(lambda s: self.status.mark_rolled_back(s.conn, start_ts))
+            self._with_status_session(lambda s: s.call(lambda: self.status.mark_rolled_back(s.conn, start_ts)))
         except Exception as exc:  # the pump resolves it through the TTL
             log.warning("start_ts=%s: cannot record the rollback in the txn-status table: %s", start_ts, exc)
 
@@ -272,7 +289,9 @@ class Database:
             for start_ts, ttl_ms in pending.items():
                 try:
                     self._with_status_session(
-                        lambda s, ts=start_ts, ttl=ttl_ms: self.status.extend_ttl(s.conn, ts, ttl)  # type: ignore[misc]
+                        lambda s, ts=start_ts, ttl=ttl_ms: s.call(  # type: ignore[misc]
+                            lambda: self.status.extend_ttl(s.conn, ts, ttl)
+                        )
                     )
                 except Exception as exc:
                     log.debug("start_ts=%s: lock keepalive failed: %s", start_ts, exc)

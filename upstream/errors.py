@@ -32,6 +32,12 @@ class BinlogWriteError(WriterError):
     """The prewrite binlog could not be written to any pump; the transaction is rolled back."""
 
 
+class TxnTooLargeError(WriterError):
+    """The transaction's prewrite binlog would be larger than the pumps accept (their max-message-size).
+
+    Raised by the statement that crosses the limit or at commit, before anything is sent."""
+
+
 class CommitUnknownError(WriterError):
     """The store's commit failed in a way that leaves its outcome unknown (e.g. connection lost).
 
@@ -46,6 +52,7 @@ __all__ = [
     "SchemaError",
     "StoreError",
     "TxnClosedError",
+    "TxnTooLargeError",
     "WriteConflictError",
     "WriterError",
 ]

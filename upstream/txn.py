@@ -25,7 +25,7 @@ from common.schema.defaults import default_value
 from common.schema.infoschema import TableRef
 from common.schema.model import ColumnInfo, SchemaError, TableInfo
 from common.schema.types import check_value
-from upstream.errors import DuplicateKeyError, TxnClosedError
+from upstream.errors import DuplicateKeyError, TxnClosedError, TxnTooLargeError
 from upstream.mutation import MutationLog
 from upstream.store.base import Row, Session
 
@@ -233,6 +233,7 @@ class Transaction:
         e.written = True
         self._index(t, e)
         self.mutations.insert(t, handle, values)
+        self._check_size()
         return handle
 
     @staticmethod
@@ -265,12 +266,14 @@ class Transaction:
             target.current = new
             target.written = True
             self.mutations.insert(t, target.handle, new)
+            self._check_size()
             return
         self._unindex(t, e)
         e.current = new
         e.written = True
         self._index(t, e)
         self.mutations.update(t, e.handle, old, new)
+        self._check_size()
 
     def _delete(self, table: str, key: Any) -> None:
         ref, e, old = self._existing(table, key)
@@ -281,10 +284,20 @@ class Transaction:
         e.current = None
         e.written = True
         self.mutations.delete(ref.table, e.handle, old)
+        self._check_size()
 
     def _unindex(self, t: TableInfo, e: Entry) -> None:
         if t.primary_key is not None and not t.pk_is_handle and e.current is not None:
             self._by_key.pop((t.id, self._pk_of(t, e.current)), None)
+
+    def _check_size(self) -> None:
+        """TxnTooLargeError once the transaction's binlog passes what the pumps take (TiDB checks per statement too)."""
+        db = self.db
+        if db.binlog_enabled and self.mutations.size > db.max_binlog_size:
+            raise TxnTooLargeError(
+                f"transaction start_ts={self.start_ts} is too large for a binlog: its rows take "
+                f"{self.mutations.size} bytes, the pumps take at most {db.max_binlog_size} (max-message-size)"
+            )
 
     def written_entries(self) -> Sequence[Entry]:
         return [self.entries[k] for k in self.order if self.entries[k].written]

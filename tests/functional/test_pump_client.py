@@ -19,11 +19,12 @@ import pytest
 
 from common.errors import ConfigError
 from common.etcd import EtcdClient
-from common.pb import binlog_pb2, pump_pb2, pump_pb2_grpc
+from common.pb import binlog_pb2, gogo, pump_pb2, pump_pb2_grpc
 from common.pd_client import CLUSTER_ID_KEY, TSOClient, read_cluster_id
 from common.registry import NodeKind, NodeState, NodeStatus, Registry
-from pump_client import NoPumpError, PumpClientError, PumpFullError, PumpsClient
+from pump_client import BinlogTooLargeError, EncodedBinlog, NoPumpError, PumpClientError, PumpFullError, PumpsClient
 from pump_client.metrics import COMMIT, PREWRITE
+from pump_client.payload import MAX_HEADER_SIZE
 from tests.functional.pumputil import PumpClient as RawPump
 from tests.functional.pumputil import is_fake, prewrite_value
 from tools.localcluster import EtcdProcess, PDProcess, PumpProcess
@@ -300,6 +301,33 @@ def test_resource_exhausted_is_not_retried(
         assert not exc_info.value.retriable
         assert client.metrics.failures(full.node_id) == 1
         assert client.metrics.retries(full.node_id) == 0
+
+
+def test_encoded_prewrite_is_sent_as_is_and_an_oversized_one_never(
+    tmp_path: Path, etcd_server: EtcdProcess, cluster_id: int, tso_client: TSOClient, request: pytest.FixtureRequest
+) -> None:
+    (pump,) = start_pumps(tmp_path, etcd_server, request, 1)
+    limit = 1 << 20
+    with PumpsClient(etcd_server.url, max_message_size=limit) as client:
+        assert client.max_binlog_size == limit - MAX_HEADER_SIZE
+        ts = tso_client.get_ts()
+        body = gogo.marshal_binlog(prewrite(ts))
+        encoded = EncodedBinlog(binlog_pb2.Prewrite, ts, 0, [body[:7], body[7:]])
+        client.write_encoded_binlog(encoded)
+        with pytest.raises(ValueError, match="already written"):
+            encoded.take()
+        client.write_binlog(commit(ts, tso_client.get_ts()))
+        big_ts = tso_client.get_ts()
+        big = binlog_pb2.Binlog(tp=binlog_pb2.Prewrite, start_ts=big_ts, prewrite_key=b"k", prewrite_value=bytes(limit))
+        with pytest.raises(BinlogTooLargeError, match=f"more than max_message_size {limit}") as exc_info:
+            client.write_binlog(big)
+        assert not exc_info.value.retriable
+        with pytest.raises(BinlogTooLargeError):
+            client.write_encoded_binlog(EncodedBinlog(binlog_pb2.Prewrite, big_ts, 0, [gogo.marshal_binlog(big)]))
+        assert client.metrics.writes(pump.node_id) == 2  # the oversized prewrite never left the client
+        assert client.metrics.failures(pump.node_id) == 0
+    (got,) = pull_past(pump, cluster_id, tso_client.get_ts()).values()
+    assert (got.start_ts, got.prewrite_value) == (ts, prewrite_value(ts))
 
 
 def test_readme_example_runs(

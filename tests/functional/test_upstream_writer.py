@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+import gc
 import random
 import sqlite3
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+import tracemalloc
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from decimal import Decimal
 from pathlib import Path
@@ -24,14 +26,17 @@ from common.pb import binlog_pb2
 from common.pd_client import TSOClient, read_cluster_id
 from common.schema.model import SchemaError
 from common.schema.types import ValueCheckError
-from pump_client import PumpsClient
+from pump_client import EncodedBinlog, PumpsClient
+from pump_client.payload import MAX_HEADER_SIZE
 from tests.functional.upstreamutil import pull_merged, replay
 from tools.localcluster import EtcdProcess, PDProcess, PumpProcess
 from tools.procs import wait_for
 from upstream.database import Database
 from upstream.ddl import Column
-from upstream.errors import DuplicateKeyError, TxnClosedError
+from upstream.errors import DuplicateKeyError, TxnClosedError, TxnTooLargeError
 from upstream.txn import Transaction, TxnState
+from upstream.workloads import WorkloadOptions
+from upstream.workloads.bigtxn import BigTxnWorkload
 
 pytestmark = pytest.mark.functional
 
@@ -43,10 +48,11 @@ class RecordingClient:
 
     def __init__(self, inner: PumpsClient) -> None:
         self.inner = inner
+        self.limit: int | None = None  # overrides max_binlog_size
         self.sent: list[tuple[int, int]] = []
         self._lock = threading.Lock()
 
-    def _record(self, b: binlog_pb2.Binlog) -> None:
+    def _record(self, b: binlog_pb2.Binlog | EncodedBinlog) -> None:
         with self._lock:
             self.sent.append((b.tp, b.start_ts))
 
@@ -57,6 +63,14 @@ class RecordingClient:
     def write_binlog_async(self, b: binlog_pb2.Binlog) -> Future[None]:
         self._record(b)
         return self.inner.write_binlog_async(b)
+
+    def write_encoded_binlog(self, b: EncodedBinlog) -> None:
+        self._record(b)
+        self.inner.write_encoded_binlog(b)
+
+    @property
+    def max_binlog_size(self) -> int:
+        return self.inner.max_binlog_size if self.limit is None else self.limit
 
     def of(self, start_ts: int) -> list[int]:
         with self._lock:
@@ -326,6 +340,98 @@ def test_bad_input_rolls_back_and_emits_nothing_but_a_rollback(
     pulled = pull_merged(pumps, cluster_id, tso_client.get_ts())
     assert [b.ddl_job_id > 0 for b in pulled] == [True, True, False]
     assert store_model(db) == replay(pulled, db.schema)
+
+
+def status_rows(store: str, start_ts: Sequence[int]) -> list[tuple[int, str]]:
+    with sqlite3.connect(store.removeprefix("sqlite://")) as lite:
+        marks = ",".join("?" * len(start_ts))
+        sql = f"SELECT start_ts, state FROM tidb_binlog_txn_status WHERE start_ts IN ({marks})"
+        return [(int(a), str(b)) for a, b in lite.execute(sql, tuple(start_ts))]
+
+
+def test_transaction_too_large_for_the_pumps_is_refused_before_anything_is_sent(
+    tmp_path: Path, etcd_server: EtcdProcess, open_db: Callable[..., tuple[Database, RecordingClient]],
+    request: pytest.FixtureRequest,
+) -> None:  # fmt: skip
+    start_pumps(tmp_path, etcd_server, request, 1)
+    store = f"sqlite:///{tmp_path / 'u.db'}"
+    db, rec = open_db(store, max_message_size=256 << 10)
+    db.create_database("d")
+    db.create_table("d", "t", [Column("id", "INT"), Column("v", "LONGBLOB")], primary_key=["id"])
+    limit = db.max_binlog_size
+    assert limit == (256 << 10) - MAX_HEADER_SIZE
+    crossed = db.begin()  # refused by the statement that crosses the limit
+    crossed.insert("d.t", {"id": 1, "v": bytes(100 << 10)})
+    crossed.insert("d.t", {"id": 2, "v": bytes(100 << 10)})
+    with pytest.raises(TxnTooLargeError, match=f"at most {limit} "):
+        crossed.insert("d.t", {"id": 3, "v": bytes(100 << 10)})
+    assert crossed.state is TxnState.ROLLED_BACK
+    at_commit = db.begin()  # its rows fit, the whole binlog (with its headers) does not
+    at_commit.insert("d.t", {"id": 4, "v": bytes(1000)})
+    rec.limit = at_commit.mutations.size
+    with pytest.raises(TxnTooLargeError, match="its prewrite binlog is"):
+        at_commit.commit()
+    rec.limit = None
+    assert at_commit.state is TxnState.ROLLED_BACK
+    for txn in (crossed, at_commit):
+        assert rec.of(txn.start_ts) == []
+    assert status_rows(store, [crossed.start_ts, at_commit.start_ts]) == []
+    assert db.rows("d", "t") == []
+    with db.begin() as ok:
+        ok.insert("d.t", {"id": 5, "v": bytes(200 << 10)})
+    assert [h for h, _ in db.rows("d", "t")] == [5]
+    assert rec.of(ok.start_ts) == [binlog_pb2.Prewrite, binlog_pb2.Commit]
+
+
+def _proc_status_bytes(key: str) -> int:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no {key} in /proc/self/status")
+
+
+def _reset_peak_rss() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")  # resets VmHWM (Linux >= 4.0)
+    except OSError:
+        return False
+    return True
+
+
+def test_big_transaction_memory_is_bounded_by_its_size(
+    tmp_path: Path, etcd_server: EtcdProcess, open_db: Callable[..., tuple[Database, RecordingClient]],
+    request: pytest.FixtureRequest,
+) -> None:  # fmt: skip
+    """A 32 MiB transaction of 1 MiB blobs costs the writer its rows, the request and gRPC's copy of it.
+
+    Before: ~5x its size in Python objects (rows, mutation log, PrewriteValue message, its marshal,
+    the Binlog and WriteBinlogReq messages, their serialization) and ~6x in peak RSS."""
+    start_pumps(tmp_path, etcd_server, request, 1)
+    db, rec = open_db(f"sqlite:///{tmp_path / 'u.db'}")
+    size = 32 << 20
+    small = BigTxnWorkload(WorkloadOptions(txn_size=1 << 20, blob_size=1 << 20, keep_batches=0))
+    small.setup(db)
+    assert small.run_once(db, random.Random(0)).committed  # channels and statements exist before measuring
+    big = BigTxnWorkload(WorkloadOptions(txn_size=size, blob_size=1 << 20, keep_batches=0))
+    gc.collect()
+    rss_known = _reset_peak_rss()
+    rss_before = _proc_status_bytes("VmRSS")
+    tracemalloc.start()
+    try:
+        outcome = big.run_once(db, random.Random(1))
+        _, traced_peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    rss_growth = _proc_status_bytes("VmHWM") - rss_before
+    assert outcome.committed, outcome
+    assert traced_peak < 2.5 * size, f"Python objects peaked at {traced_peak / size:.2f}x the transaction"
+    if rss_known:
+        assert rss_growth < 3.6 * size, f"peak RSS grew {rss_growth / size:.2f}x the transaction"
+    assert big.check(db) == []
+    last = [ts for tp, ts in rec.sent if tp == binlog_pb2.Prewrite][-1]
+    assert rec.of(last) == [binlog_pb2.Prewrite, binlog_pb2.Commit]
 
 
 def test_schema_change_during_transaction_is_retriable(

@@ -329,6 +329,10 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def session(self) -> Session: ...
 
+    def status_session(self) -> Session:
+        """A session for txn-status rows written outside a data transaction (autocommit)."""
+        return self.session()
+
     @abc.abstractmethod
     def dialect(self) -> Dialect: ...
 

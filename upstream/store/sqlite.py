@@ -2,8 +2,14 @@
 
 sqlite has one writer at a time: a data transaction takes the write lock at ``BEGIN
 IMMEDIATE``, so prewrites serialize and commit order equals commit_ts order.  The
-txn-status row of a transaction is therefore written before its data transaction opens
-(``parallel_status = False``).
+txn-status row of a transaction is therefore written outside its data transaction, before
+it opens (``parallel_status = False``).
+
+Status sessions (:meth:`SqliteStore.status_session`) run with ``synchronous = NORMAL``: a
+pending or rolled-back row is not fsynced on its own.  In WAL mode a power loss can only
+lose a suffix of such commits, and the next data commit (``synchronous = FULL``) makes every
+earlier one durable, so a lost row belongs to a transaction whose data never committed;
+the pump then finds no row and drops the prewrite after ``max-txn-timeout`` (DESIGN §5).
 """
 
 from __future__ import annotations
@@ -96,9 +102,9 @@ class SqliteStore(Store):
         finally:
             conn.close()
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self, synchronous: str = "FULL") -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute(f"PRAGMA synchronous = {synchronous}")
         return conn
 
     def dialect(self) -> Dialect:
@@ -106,3 +112,6 @@ class SqliteStore(Store):
 
     def session(self) -> Session:
         return SqliteSession(self._dialect, self._connect(), _translate)
+
+    def status_session(self) -> Session:
+        return SqliteSession(self._dialect, self._connect("NORMAL"), _translate)
