@@ -5,7 +5,10 @@ Construction: etcd (`etcd_urls`, like TiDB's pd-urls) -> cluster id (`/pd/cluste
 prober.  Prewrites go to a pump chosen by the strategy (pump_client/selector.py) and are retried and
 failed over as pump_client/retry.py describes; commits and rollbacks go to the pump that took the
 prewrite (the start_ts map, pump_client/tsmap.py) and never raise.  Pump availability is
-pump_client/membership.py; the gRPC edge is pump_client/transport.py.
+pump_client/membership.py; the gRPC edge is pump_client/transport.py.  Requests go out as bytes built
+by pump_client/payload.py; a big prewrite can be handed over already marshalled, in pieces
+(`write_encoded_binlog`), so it is copied once, into the request.  A prewrite whose request would
+exceed `max_message_size` is refused before sending (BinlogTooLargeError).
 
 Changes from the original: unknown strategy names are an error (not silently `range`); `hash` is stable
 (sorted node ids); `score` works (weights published by the pumps); the start_ts map is per client and
