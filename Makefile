@@ -29,7 +29,7 @@ unit: $(STAMP)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 demo: $(STAMP)
-	$(PY) -m tools.demo
+	$(VENV)/bin/binlog-playground --clean
 
 proto: $(STAMP)
 	$(PY) -m common.pb.regen
