@@ -45,7 +45,7 @@ from tools.playground_options import (
 from tools.playground_prepare import prepare
 from tools.playground_report import downstream_where, kept_text, summary_text
 from tools.playground_state import DirLock, State, load_state, save_state, stop_recorded
-from tools.procs import ProcessError
+from tools.procs import ManagedProcess, ProcessError
 from upstream.workloads import Workload, WorkloadOptions, make_workload, runner
 
 log = logging.getLogger(__name__)
@@ -78,6 +78,12 @@ class Playground:
 
     def say(self, text: str) -> None:
         self.screen.say(text)
+
+    def error(self, text: str) -> None:
+        """A failure: on stderr, below the live block."""
+        self.screen.detach()
+        self.out.flush()
+        print(f"{PROG}: {text}", file=sys.stderr, flush=True)
 
     # ------------------------------------------------------------------------------------- run
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
@@ -112,14 +118,14 @@ class Playground:
         except KeyboardInterrupt:
             self.say("aborted")
             return EXIT_INTERRUPTED
-        except ProcessError as exc:
-            self.say(f"{PROG}: {exc}")
+        except (ProcessError, PlaygroundError) as exc:
+            self.error(str(exc))
             return EXIT_FAILED
         except (BinlogError, OSError) as exc:
-            self.say(f"{PROG}: {exc}")
+            self.error(str(exc))
             dead = self.cluster.dead() if self.cluster else None
             if dead is not None:
-                self.say(f"{dead.name} exited ({dead.log_path}); log tail:\n{dead.log_tail(LOG_TAIL)}")
+                self.error(died(dead))
             return EXIT_FAILED
         finally:
             self.finish(keep=completed and o.keep)
@@ -141,7 +147,8 @@ class Playground:
         self.check_stop()
         self.state.status = "running"
         save_state(o.base, self.state)
-        self.say(f"workload {o.workload}: {o.threads} threads, {o.duration:g}s, seed {o.seed}  (Ctrl-C stops)")
+        threads = f"{o.threads} thread{'s' if o.threads != 1 else ''}"
+        self.say(f"workload {o.workload}: {threads}, {o.duration:g}s, seed {o.seed}  (Ctrl-C stops)")
         began = time.monotonic()
         before = self.reading()
         result = runner.run(
@@ -192,7 +199,7 @@ class Playground:
         self.lags.add(now.lag)
         dead = self.cluster.dead() if self.cluster else None
         if dead is not None and not self.failure:
-            self.failure = f"{dead.name} exited ({dead.log_path}); log tail:\n{dead.log_tail(LOG_TAIL)}"
+            self.failure = died(dead)
             self.stop_event.set()
 
     def catch_up(self, cluster: Cluster) -> float:
@@ -209,7 +216,7 @@ class Playground:
                 break
             dead = cluster.dead()
             if dead is not None:
-                raise PlaygroundError(f"{dead.name} exited while the drainer caught up; log tail:\n{dead.log_tail()}")
+                raise PlaygroundError(died(dead, "while the drainer caught up"))
             waited = time.monotonic() - began
             if time.monotonic() > deadline:
                 raise PlaygroundError(
@@ -253,6 +260,13 @@ class Playground:
             save_state(self.opts.base, self.state)
             self.say(f"stopped the drainer, {len(c.pumps)} pumps, pd-server and etcd; logs in {self.opts.base}")
         self.lock.release()
+
+
+def died(p: ManagedProcess, when: str = "") -> str:
+    """What to say about a process that exited by itself: its status and the tail of its log."""
+    status = p.proc.returncode if p.proc is not None else None
+    how = f"was killed by signal {-status}" if status is not None and status < 0 else f"exited with status {status}"
+    return f"{p.name} {how}{' ' + when if when else ''}; tail of {p.log_path}:\n{p.log_tail(LOG_TAIL)}"
 
 
 def _workload_check(workload: Workload, db: Any) -> list[str]:

@@ -34,7 +34,10 @@ def summary_text(
     applied = ", ".join(f"{t.lower()} {ev.get(t, 0)}" for t in ("Insert", "Update", "Delete", "DDL"))
     stored = ", ".join(f"{p.name} {'down' if p.binlogs is None else p.binlogs}" for p in last.pumps)
     rows = [
-        ("workload", f"{o.workload} into `{o.database}`, {o.threads} threads, seed {o.seed}"),
+        (
+            "workload",
+            f"{o.workload} into `{o.database}`, {o.threads} thread{'s' if o.threads != 1 else ''}, seed {o.seed}",
+        ),
         (
             "transactions",
             f"{s.committed} committed in {result.elapsed:.1f}s ({snap.txn_per_s:.1f} txn/s), "

