@@ -16,7 +16,9 @@ prewrite, asynchronous commit binlog), one without.  For each thread count in ``
 Commit latency is the time of ``Transaction.commit()`` of committed transactions (the reads
 before it are the same with and without binlog).  Reported: per mode the medians over runs of
 txn/s and of p50 / p99; ``ratio_txn_per_s`` = on / off; ``added_latency_p50_pct`` =
-(p50 on / p50 off - 1) * 100 (target: below 20), same for p99; the top-level values are those
+(p50 on / p50 off - 1) * 100 (target: below 20), same for p99; ``cpu_ms_per_txn``: CPU time of the
+writer process, the pumps and pd-server per committed transaction (where binlog's price goes on a
+machine whose cores they share; a local MySQL server is not counted); the top-level values are those
 of the largest thread count, ``target_met`` needs every count to pass.  The workload's invariant check
 runs at the end.  One JSON object goes to stdout, progress to stderr; exit status 1 if a
 process died, a check failed or a run committed nothing.
@@ -29,6 +31,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 import time
 import uuid
@@ -45,6 +48,7 @@ from upstream.workloads.sysbench import SysbenchWorkload
 
 TARGET_ADDED_P50_PCT = 20.0
 PUMP_ARGS = ["--storage.sync-log", "true", "--heartbeat-interval", "1"]
+CPU_PARTS = ("writer", "pumps", "pd")
 
 
 def _mysql_parts(text: str) -> tuple[str, int, str, str]:
@@ -92,11 +96,44 @@ class MySQLDatabase:
             conn.close()
 
 
-def measure(db: Database, wl: SysbenchWorkload, threads: int, duration: float, seed: int) -> dict[str, Any]:
+def _process_cpu(pid: int | None) -> float:
+    """CPU seconds (user + system) a process has used, 0 when it cannot be read."""
+    if pid is None:
+        return 0.0
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuMeter:
+    """CPU seconds of the writer (this process) and of the pumps and pd-server, per measured run."""
+
+    def __init__(self, pumps: list[PumpProcess], pd: PDProcess) -> None:
+        self._pumps = pumps
+        self._pd = pd
+
+    def sample(self) -> dict[str, float]:
+        t = os.times()
+        return {
+            "writer": t.user + t.system,
+            "pumps": sum(_process_cpu(p.process.pid) for p in self._pumps),
+            "pd": _process_cpu(self._pd.process.pid),
+        }
+
+
+def measure(
+    db: Database, wl: SysbenchWorkload, threads: int, duration: float, *, seed: int, cpu: CpuMeter
+) -> dict[str, Any]:
+    before = cpu.sample()
     r = runner.run(db, wl, threads=threads, seed=seed, duration=duration)
+    after = cpu.sample()
     s = r.summary()
     if r.crashed:
         raise RuntimeError(f"workload thread crashed: {r.crashed[0]}")
+    n = max(s["committed"], 1)
     return {
         "txn_per_s": s["txn_per_s"],
         "committed": s["committed"],
@@ -104,6 +141,7 @@ def measure(db: Database, wl: SysbenchWorkload, threads: int, duration: float, s
         "retried": s["retried"],
         "p50_ms": s["commit_latency_ms"]["p50"],
         "p99_ms": s["commit_latency_ms"]["p99"],
+        "cpu_ms_per_txn": {k: round((after[k] - before[k]) * 1000 / n, 3) for k in after},
         "errors": s["errors"],
     }
 
@@ -113,25 +151,36 @@ def mode_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "txn_per_s": round(median([r["txn_per_s"] for r in runs]), 1),
         "p50_ms": round(median([r["p50_ms"] for r in runs if r["p50_ms"] is not None]), 3),
         "p99_ms": round(median([r["p99_ms"] for r in runs if r["p99_ms"] is not None]), 3),
+        "cpu_ms_per_txn": {
+            k: round(median([r["cpu_ms_per_txn"][k] for r in runs]), 3) for k in runs[0]["cpu_ms_per_txn"]
+        },
         "runs": runs,
     }
 
 
 def run_config(
-    args: argparse.Namespace, modes: dict[str, Database], wl: SysbenchWorkload, threads: int, errors: list[str]
+    args: argparse.Namespace,
+    modes: dict[str, Database],
+    wl: SysbenchWorkload,
+    threads: int,
+    *,
+    errors: list[str],
+    cpu: CpuMeter,
 ) -> dict[str, Any]:
     """``args.runs`` runs of each mode at ``threads`` threads, in alternating order; medians and ratios."""
     results: dict[str, list[dict[str, Any]]] = {name: [] for name in modes}
     for run in range(args.runs):
         order = list(modes) if run % 2 == 0 else list(reversed(modes))
         for name in order:
-            r = measure(modes[name], wl, threads, args.duration, seed=run + 1)
+            r = measure(modes[name], wl, threads, args.duration, seed=run + 1, cpu=cpu)
             if not r["committed"]:
                 errors.append(f"{threads} threads, run {run + 1} {name}: nothing committed: {r['errors']}")
             results[name].append(r)
+            c = r["cpu_ms_per_txn"]
             log(
                 f"{threads} threads, run {run + 1}/{args.runs} {name}: {r['txn_per_s']:.0f} txn/s, "
-                f"commit p50 {r['p50_ms']} ms p99 {r['p99_ms']} ms, {r['failed']} failed, {r['retried']} retries"
+                f"commit p50 {r['p50_ms']} ms p99 {r['p99_ms']} ms, {r['failed']} failed, {r['retried']} retries; "
+                f"CPU ms/txn writer {c['writer']} pumps {c['pumps']} pd {c['pd']}"
             )
     on, off = mode_summary(results["binlog_on"]), mode_summary(results["binlog_off"])
     added_p50 = (on["p50_ms"] / off["p50_ms"] - 1) * 100
@@ -202,10 +251,11 @@ def main() -> int:
         log(f"loading {args.tables} tables of {args.table_size} rows into {store}")
         wl.setup(on)
         modes = {"binlog_on": on, "binlog_off": off}
+        cpu = CpuMeter(pumps, pd)
         for name, db in modes.items():
-            w = measure(db, wl, max(args.threads), min(2.0, args.duration), seed=0)
+            w = measure(db, wl, max(args.threads), min(2.0, args.duration), seed=0, cpu=cpu)
             log(f"warm-up {name}: {w['txn_per_s']:.0f} txn/s")
-        configs = [run_config(args, modes, wl, threads, errors) for threads in args.threads]
+        configs = [run_config(args, modes, wl, threads, errors=errors, cpu=cpu) for threads in args.threads]
         problems = wl.check(on)
         errors += problems
         dead = [p.name for p in (etcd.process, pd.process, *(p.process for p in pumps)) if not p.alive]
