@@ -9,6 +9,8 @@ row.
 
 from __future__ import annotations
 
+import shutil
+import socket
 import uuid
 from concurrent.futures import Future
 from pathlib import Path
@@ -23,7 +25,7 @@ from common.pd_client import TSOClient, read_cluster_id
 from pump_client import PumpsClient
 from tests.functional.pumputil import PumpClient
 from tools.localcluster import DrainerProcess, EtcdProcess, PDProcess, PumpProcess
-from tools.procs import wait_for
+from tools.procs import ManagedProcess, wait_for
 from upstream.database import Database
 
 PUMP_FAST = ["--gen-binlog-interval", "1", "--heartbeat-interval", "1"]
@@ -56,13 +58,49 @@ class SinglePumpClient:
         self.client.close()
 
 
+_SETPRIV = shutil.which("setpriv")
+
+
+def distinct_ports(n: int) -> list[int]:
+    """`n` different ports free right now (`free_port()` twice in a row can return the same port)."""
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def fork_safe(proc: ManagedProcess) -> None:
+    """Start `proc` without a Python `preexec_fn`, so the child is spawned by vfork.
+
+    `ManagedProcess` sets PR_SET_PDEATHSIG in a `preexec_fn`, which makes subprocess use a plain
+    fork(); in a process with gRPC threads, gRPC's fork handlers then run in the child and
+    sometimes abort it ("Mutex::Fer with pending CondVar queueing", exit status -6) before it
+    execs.  Scenarios start and restart pumps while the writer's gRPC channels are busy, so
+    theirs are spawned this way; `setpriv --pdeathsig KILL` (util-linux), when installed, keeps
+    the "dies with the test" guarantee."""
+    if not proc.die_with_parent:
+        return
+    proc.die_with_parent = False
+    if _SETPRIV is not None:
+        proc.argv = [_SETPRIV, "--pdeathsig", "KILL", "--", *proc.argv]
+
+
 class Cluster:
-    def __init__(self, tmp: Path, mysql: MySQLDSN | None, *, pumps: int = 2) -> None:
+    def __init__(self, tmp: Path, mysql: MySQLDSN | None, *, pumps: int = 2, fork_safe: bool = False) -> None:
+        """`fork_safe`: spawn every process with `fork_safe()` (needed when gRPC is busy in this process)."""
         self.tmp = tmp
         self.mysql = mysql
-        self.etcd_server = EtcdProcess(tmp)
+        self.fork_safe = fork_safe
+        client_port, peer_port = distinct_ports(2)
+        self.etcd_server = EtcdProcess(tmp, client_port=client_port, peer_port=peer_port)
+        self._spawnable(self.etcd_server.process)
         self.etcd_server.start()
         self.pd = PDProcess(tmp, self.etcd_server.url)
+        self._spawnable(self.pd.process)
         self.pd.start()
         self.etcd = EtcdClient(self.etcd_server.url)
         cid = read_cluster_id(self.etcd)
@@ -80,10 +118,18 @@ class Cluster:
             self.add_pump()
 
     # ------------------------------------------------------------------------------- processes
+    def _spawnable(self, proc: ManagedProcess) -> None:
+        if self.fork_safe:
+            fork_safe(proc)
+
     def add_pump(self, *extra: str) -> PumpProcess:
         name = f"pump{len(self.pumps)}"
         args = [*PUMP_FAST, "--upstream.txn-status-dsn", self.upstream_dsn, "--storage.resolve-interval", "0.5", *extra]
-        p = PumpProcess(self.tmp, self.etcd_server.url, name=name, extra_args=args)
+        grpc_port, status_port = distinct_ports(2)
+        p = PumpProcess(
+            self.tmp, self.etcd_server.url, name=name, extra_args=args, grpc_port=grpc_port, status_port=status_port
+        )
+        self._spawnable(p.process)
         self.pumps.append(p)
         p.start()
         return p
@@ -104,7 +150,11 @@ class Cluster:
         if sink == "mysql":
             args += self.mysql_args()
         args += list(extra)
-        d = DrainerProcess(self.tmp, self.etcd_server.url, name=name, extra_args=args)
+        grpc_port, status_port = distinct_ports(2)
+        d = DrainerProcess(
+            self.tmp, self.etcd_server.url, name=name, extra_args=args, grpc_port=grpc_port, status_port=status_port
+        )
+        self._spawnable(d.process)
         self.drainers.append(d)
         if start:
             d.start()
@@ -167,6 +217,12 @@ class Cluster:
         for p in procs:
             parts.append(f"===== {p.name} log =====\n{p.process.log_tail(lines)}")
         return "\n".join(parts)
+
+    def server_logs(self, lines: int = 40) -> str:
+        """The tails of the etcd and pd-server logs (for scenarios that restart them)."""
+        return "\n".join(
+            f"===== {p.name} log =====\n{p.log_tail(lines)}" for p in (self.etcd_server.process, self.pd.process)
+        )
 
     def close(self) -> None:
         for d in self.drainers:
