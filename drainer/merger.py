@@ -2,9 +2,11 @@
 
 Each pump is a *source* whose binlogs arrive in ascending commit_ts.  The merge emits the smallest
 head across all sources, and only when **every** source has a head: a source with nothing buffered
-may still send a smaller commit_ts.  Idle pumps write a fake binlog every `gen-binlog-interval`
-(3 s), so a live source always gets a head soon; a paused or crashed pump keeps its source and so
-blocks the merge until it comes back or goes offline (as the original).
+may still send a smaller commit_ts.  An idle pump writes a fake binlog `gen-binlog-pull-interval`
+(0.25 s) after its last write while a drainer pulls from it (`gen-binlog-interval`, 3 s, otherwise),
+so a live source always gets a head soon and an idle pump holds the others' binlogs back by about
+that much; a paused or crashed pump keeps its source and so blocks the merge until it comes back or
+goes offline (as the original).
 
 A binlog whose commit_ts is not above the last emitted one is dropped: equal is a *duplicate*
 (two pumps with the same fake ts, a reconnect overlap), smaller is a *disorder* (should never

@@ -180,7 +180,7 @@ class PumpApp:
                 self.metrics.storage.write_latency, storage.status, cfg.storage.stop_write_at_available_space
             ),
         )
-        self.service = PumpService(
+        self.service = service = PumpService(
             storage,
             self.cluster_id,
             lambda: node.state,
@@ -208,8 +208,10 @@ class PumpApp:
             self.tso,
             self.registry,
             self.metrics,
-            write_count=lambda: self.service.write_count if self.service else 0,
+            last_write=lambda: service.last_write,
+            pulling=lambda: service.live_streams > 0,
             fake_interval=cfg.gen_binlog_interval,
+            pull_fake_interval=cfg.gen_binlog_pull_interval,
             gc_keep=cfg.gc,
             clock=self.clock,
         )

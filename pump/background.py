@@ -1,8 +1,20 @@
 """The pump's background work (reference §1.6): fake binlogs, GC, and the drainer purge warning.
 
-* Fake binlog: every `gen-binlog-interval`, if no WriteBinlog was stored since the last tick, take a TSO
-  from pd-server and write `Binlog{tp: Rollback, start_ts: ts, commit_ts: ts}` through
-  `storage.write_binlog`, so drainers merging this pump keep moving.
+* Fake binlog: after `gen-binlog-interval` (3 s) without a stored WriteBinlog or fake binlog, take a
+  TSO from pd-server and write `Binlog{tp: Rollback, start_ts: ts, commit_ts: ts}` through
+  `storage.write_binlog`, so drainers merging this pump keep moving.  While a drainer is pulling (a
+  PullBinlogs stream is open), the idle gap is `gen-binlog-pull-interval` (ours, default 0.25 s)
+  instead: a drainer's merge emits a binlog only once every pump has sent a newer one, so an idle
+  pump delays every other pump's binlogs until its next fake binlog.  The original's ticker wrote one
+  if nothing arrived since the previous tick (gaps up to twice the interval); here the gap is
+  measured from the last write, so `gen-binlog-interval` is the longest an idle pump stays silent.
+
+  Safety does not depend on the interval.  The ts is taken from pd-server *before* the write, and
+  the write goes through the storage like any binlog: (1) a prewrite stored before it and not yet
+  matched holds the sorter's watermark below it (the fake becomes visible only after that commit,
+  with whatever commit_ts it has, is indexed); (2) a prewrite stored after it is acknowledged after
+  it, and the writer takes its commit_ts from pd-server after that, so the commit_ts is above the
+  fake's ts.  Either way no commit at or below a visible fake binlog's ts can appear later.
 * GC: every hour (`GC_INTERVAL`) and on `trigger_gc()` (POST /debug/gc/trigger), gc ts = the current
   TSO minus `gc` seconds, then `storage.gc(gc_ts)`.  GC does not wait for drainers (as the original).
 * An unexpected error (OSError, a bug) in any loop is logged with its traceback and counted in
@@ -15,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Final
 
@@ -32,6 +45,8 @@ GC_INTERVAL: Final = 3600.0
 DETECT_DRAINER_INTERVAL: Final = 600.0
 EARLY_ALERT_GC: Final = 20 * 3600.0
 """A drainer whose checkpoint is less than this far above the gc ts is warned about (original: 20 h)."""
+MIN_FAKE_WAIT: Final = 0.005
+"""The fake binlog loop never sleeps less than this (a clock that does not move cannot spin it)."""
 
 
 def write_fake_binlog(storage: PumpStorage, tso: TimestampSource, clock: ApproxClock | None = None) -> int:
@@ -67,19 +82,27 @@ class Background:
         registry: Registry,
         metrics: PumpMetrics,
         *,
-        write_count: Callable[[], int],
+        last_write: Callable[[], float],
         fake_interval: float,
         gc_keep: float,
+        pull_fake_interval: float = 0.0,
+        pulling: Callable[[], bool] = lambda: False,
         clock: ApproxClock | None = None,
         gc_interval: float = GC_INTERVAL,
         detect_interval: float = DETECT_DRAINER_INTERVAL,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
+        """`last_write()`: the `monotonic()` time of the last binlog stored through WriteBinlog;
+        `pulling()`: whether a drainer is pulling now; `pull_fake_interval` 0 = off."""
         self._storage = storage
         self._tso = tso
         self._registry = registry
         self._metrics = metrics
-        self._write_count = write_count
+        self._last_write = last_write
         self._fake_interval = fake_interval
+        self._pull_fake_interval = min(pull_fake_interval, fake_interval) if pull_fake_interval > 0 else 0.0
+        self._pulling = pulling
+        self._monotonic = monotonic
         self._gc_keep = gc_keep
         self._clock = clock
         self._gc_interval = gc_interval
@@ -90,7 +113,8 @@ class Background:
         self._gc_running = False
         self._threads: list[threading.Thread] = []
         self.last_gc_ts = 0
-        self._last_write_count = write_count()
+        self._last_fake = monotonic()  # as if one had just been written: the first comes one gap later
+        self._retry_at = 0.0  # after a failed fake binlog: not before this (monotonic)
 
     def start(self) -> None:
         for target, name in (
@@ -110,22 +134,46 @@ class Background:
         self._threads.clear()
 
     # ------------------------------------------------------------------------------------ fake
+    def fake_gap(self) -> float:
+        """The idle gap after which a fake binlog is written now: shorter while a drainer is pulling."""
+        if self._pull_fake_interval and self._pulling():
+            return self._pull_fake_interval
+        return self._fake_interval
+
+    def fake_due_in(self) -> float:
+        """Seconds until a fake binlog is due (<= 0: due now), from the last write or fake binlog."""
+        due = max(self._last_write(), self._last_fake) + self.fake_gap()
+        return max(due, self._retry_at) - self._monotonic()
+
     def fake_tick(self) -> bool:
-        """One tick of the fake binlog loop: write one if no WriteBinlog was stored since the last tick."""
-        count = self._write_count()
-        if count != self._last_write_count:
-            self._last_write_count = count
+        """Write a fake binlog if one is due; True when one was written.  After a failure (pd-server
+        down, storage closing) the next try waits the long gap, `gen-binlog-interval`, so a pump with a
+        drainer does not retry (and log) several times a second."""
+        if self.fake_due_in() > 0:
             return False
+        ok = False
         try:
             write_fake_binlog(self._storage, self._tso, self._clock)
+            ok = True
         except BinlogError as exc:
-            log.warning("cannot write a fake binlog: %s", exc)
-            return False
-        return True
+            log.warning("cannot write a fake binlog (next try in %.1fs): %s", self._fake_interval, exc)
+        finally:
+            # the gap runs from the end of this write, as from the end of a WriteBinlog: the next fake's
+            # TSO is then at least one gap above this one's
+            now = self._last_fake = self._monotonic()
+            self._retry_at = 0.0 if ok else now + self._fake_interval
+        return ok
 
     def _fake_loop(self) -> None:
-        while not self._stop.wait(self._fake_interval):
+        while not self._stop.wait(self._fake_wait()):
             self._guarded("fake_binlog", self.fake_tick)
+
+    def _fake_wait(self) -> float:
+        """Sleep until the fake binlog is due, but no longer than the short gap while it is on, so a
+        drainer that starts pulling gets the short gap at once.  A write meanwhile moves the due time
+        later: the loop wakes, finds nothing due, sleeps again."""
+        cap = self._pull_fake_interval or self._fake_interval
+        return min(max(self.fake_due_in(), MIN_FAKE_WAIT), cap)
 
     def _guarded(self, loop: str, fn: Callable[[], object]) -> None:
         """One round of a loop: an unexpected error is logged with its traceback and counted, never fatal."""

@@ -8,6 +8,8 @@ Keys are the original `pump.toml` ones, plus a few of ours:
     [storage] max-inflight-write-bytes  WriteBinlog payload bytes held between arrival and the
                              storage's return (default 256 MiB; one larger payload is admitted alone)
     [upstream] txn-status-dsn
+    gen-binlog-pull-interval while a drainer is pulling, the idle gap after which a fake binlog is
+                             written (default 0.25 s; 0 = off: only `gen-binlog-interval`, as the original)
 
 `gc` keeps the original's two spellings: a plain number is a number of DAYS (`gc = 7`, `PUMP_GC=7`,
 `--gc 7`) and a string with a unit is a duration (`gc = "8h"`).  The config framework knows only
@@ -72,6 +74,9 @@ SECONDS_PER_DAY: Final = 86_400
 DEFAULT_GC_DAYS: Final = 7
 DEFAULT_GC: Final = float(DEFAULT_GC_DAYS * SECONDS_PER_DAY)
 DEFAULT_GEN_BINLOG_INTERVAL: Final = 3.0
+DEFAULT_GEN_BINLOG_PULL_INTERVAL: Final = 0.25
+"""Ours: `gen-binlog-pull-interval`.  The original has only `gen-binlog-interval` (3 s), so an idle pump
+held a drainer's merge back for up to 3 s (x2 with its ticker)."""
 MAX_MESSAGE_SIZE_LIMIT: Final = 2 * 1024**3
 """grpcio takes a C int; the original's MaxInt - 4 MiB does not fit, so we cap at 2 GiB."""
 DEFAULT_MAX_MESSAGE_SIZE: Final = MAX_MESSAGE_SIZE_LIMIT - 4 * 1024**2
@@ -86,6 +91,11 @@ LogLevel = Literal["debug", "info", "warn", "warning", "error", "fatal"]
 def _positive(value: float) -> None:
     if not value > 0:
         raise ValueError("must be > 0")
+
+
+def _not_negative(value: float) -> None:
+    if not value >= 0:
+        raise ValueError("must be >= 0")
 
 
 def _message_size(value: int) -> None:
@@ -193,6 +203,14 @@ class PumpConfig(NodeAddress):
             "help": "write a fake binlog after this long without writes",
             "validate": _positive,
             "aliases": ("--fake-binlog-interval",),
+        },
+    )
+    gen_binlog_pull_interval: Duration = field(
+        default=DEFAULT_GEN_BINLOG_PULL_INTERVAL,
+        metadata={
+            "help": "while a drainer is pulling, write a fake binlog after this long without writes "
+            "(ours; 0 = off, capped at gen-binlog-interval)",
+            "validate": _not_negative,
         },
     )
     log_level: LogLevel = field(default=DEFAULT_LOG_LEVEL, metadata={"help": "log level", "aliases": ("-L",)})

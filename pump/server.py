@@ -315,12 +315,20 @@ class PumpService:
         self._streams: set[threading.Event] = set()
         self._closing = False
         self._write_count = 0
+        self._last_write = time.monotonic()
 
     @property
     def write_count(self) -> int:
         """Binlogs stored through WriteBinlog so far (probes and failures excluded)."""
         with self._lock:
             return self._write_count
+
+    @property
+    def last_write(self) -> float:
+        """`time.monotonic()` when the last binlog was stored through WriteBinlog (construction time
+        before the first); the fake binlog loop measures the pump's idle gap from it."""
+        with self._lock:
+            return self._last_write
 
     @property
     def live_streams(self) -> int:
@@ -388,6 +396,7 @@ class PumpService:
                 budget.release(size)
         with self._lock:
             self._write_count += 1
+            self._last_write = time.monotonic()
 
     def _check(self, cluster_id: int, payload: bytes) -> binlog_pb2.Binlog | None:
         """The request's binlog, or None for a probe; _AbortError when it is refused."""

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
+import statistics
 import subprocess
 import sys
 import threading
@@ -14,6 +16,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from common import tso
 from common.etcd import EtcdClient
 from common.pb import binlog_pb2
 from common.pd_client import TSOClient, read_cluster_id
@@ -170,6 +173,57 @@ def test_idle_pump_keeps_advancing_with_fake_binlogs(client: PumpClient, tso_cli
     assert all(is_fake(b) for b in seen)
     assert [b.commit_ts for b in seen] == sorted({b.commit_ts for b in seen})
     assert seen[0].commit_ts > now
+
+
+def _fakes(client: PumpClient, after: int, count: int) -> list[int]:
+    """The commit_ts of the next `count` fake binlogs after `after`, from one PullBinlogs stream."""
+    got: list[int] = []
+    for b in client.pull(after, timeout=60):
+        assert is_fake(b)
+        got.append(b.commit_ts)
+        if len(got) == count:
+            break
+    return got
+
+
+def _gaps_ms(ts: list[int]) -> list[int]:
+    return [tso.physical(b) - tso.physical(a) for a, b in itertools.pairwise(ts)]
+
+
+def test_idle_pump_writes_fake_binlogs_at_the_short_gap_only_while_a_drainer_pulls(
+    tmp_path: Path, etcd_server: EtcdProcess, pd_server: PDProcess, cluster_id: int, tso_client: TSOClient,
+    request: pytest.FixtureRequest,
+) -> None:  # fmt: skip
+    """gen-binlog-pull-interval (0.1 s here) while a PullBinlogs stream is open, gen-binlog-interval (1 s)
+    otherwise; the gaps are read from the fake binlogs' own TSO timestamps."""
+    pump = start_pump(tmp_path, etcd_server, request, "--gen-binlog-pull-interval", "0.1")
+    client = PumpClient(pump.addr, cluster_id)
+    try:
+        pulled = _fakes(client, tso_client.get_ts(), 7)
+        closed = tso_client.get_ts()  # the stream is cancelled: from here on nobody pulls
+        short = _gaps_ms(pulled)
+        assert statistics.median(short) < 500, short
+        assert min(short) >= 80, short  # not more often than asked
+
+        def max_commit_ts() -> int:
+            return int(pump.http_json("GET", "/status")["Checkpoint"]["maxCommitTS"])
+
+        changes: set[int] = set()
+
+        def four_fakes_unpulled() -> bool:
+            ts = max_commit_ts()
+            if ts > closed:
+                changes.add(ts)
+            return len(changes) >= 4
+
+        wait_for(four_fakes_unpulled, 60, "four fake binlogs with no stream open", interval=0.02)
+        reopened = tso_client.get_ts()
+        unpulled = [ts for ts in _fakes(client, closed, len(changes)) if ts < reopened]
+        long = _gaps_ms(unpulled[1:])  # the first may still be at the short gap (the close takes a moment)
+        assert len(long) >= 2, unpulled
+        assert min(long) >= 500, long
+    finally:
+        client.close()
 
 
 def test_resolver_finishes_and_drops_orphaned_prewrites(

@@ -36,7 +36,7 @@ def test_defaults() -> None:
     assert (cfg.addr, cfg.status_addr, cfg.advertise) == ("127.0.0.1:8250", "127.0.0.1:18250", "127.0.0.1:8250")
     assert cfg.pd_urls == "http://127.0.0.1:2379"
     assert cfg.data_dir == Path("data.pump")
-    assert (cfg.heartbeat_interval, cfg.gen_binlog_interval) == (2.0, 3.0)
+    assert (cfg.heartbeat_interval, cfg.gen_binlog_interval, cfg.gen_binlog_pull_interval) == (2.0, 3.0, 0.25)
     assert cfg.gc == DEFAULT_GC == 7 * DAY
     assert cfg.max_message_size == DEFAULT_MAX_MESSAGE_SIZE == 2 * 1024**3 - 4 * 1024**2
     assert cfg.storage_options() == StorageOptions()
@@ -148,6 +148,7 @@ def test_deprecated_keys_are_accepted_and_listed(tmp_path: Path) -> None:
         ({"advertise-addr": "host-without-port"}, "advertise-addr"),
         ({"addr": "nohost"}, "invalid value for 'addr': must be host:port"),
         ({"heartbeat-interval": "0s"}, "invalid value for 'heartbeat-interval': must be > 0"),
+        ({"gen-binlog-pull-interval": "-1"}, "invalid value for 'gen-binlog-pull-interval': must be >= 0"),
         ({"pd-urls": "ftp://x"}, "pd-urls"),
         ({"log-level": "loud"}, "log-level"),
     ],
@@ -169,6 +170,13 @@ def test_max_message_size_accepts_a_size() -> None:
 def test_fake_binlog_interval_alias_and_short_log_level() -> None:
     cfg, _ = parse_args(["--fake-binlog-interval", "500ms", "-L", "debug"], env={})
     assert (cfg.gen_binlog_interval, cfg.log_level) == (0.5, "debug")
+
+
+def test_gen_binlog_pull_interval_spellings_and_off(tmp_path: Path) -> None:
+    assert load_config(toml(tmp_path, 'gen-binlog-pull-interval = "100ms"'), env={}).gen_binlog_pull_interval == 0.1
+    assert load_config(env={"PUMP_GEN_BINLOG_PULL_INTERVAL": "0.5"}).gen_binlog_pull_interval == 0.5
+    cfg, _ = parse_args(["--gen-binlog-pull-interval", "0"], env={})
+    assert cfg.gen_binlog_pull_interval == 0.0  # off: fake binlogs only every gen-binlog-interval
 
 
 def test_tls_is_refused_with_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

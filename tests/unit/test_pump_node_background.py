@@ -10,6 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from common import tso
+from common.errors import TSOError
 from common.pb import binlog_pb2
 from common.registry import NodeKind, NodeState, NodeStatus
 from pump.background import Background, drainers_at_risk, gc_ts_for, write_fake_binlog
@@ -33,11 +34,14 @@ def make_background(
     storage: MemoryStorage,
     registry: FakeRegistry | None = None,
     *,
-    write_count: Callable[[], int] = lambda: 0,
+    last_write: Callable[[], float] = lambda: 0.0,
     fake_interval: float = 3600.0,
+    pull_fake_interval: float = 0.0,
+    pulling: Callable[[], bool] = lambda: False,
     gc_keep: float = 3600.0,
     clock: ApproxClock | None = None,
     tso_source: FakeTSO | None = None,
+    monotonic: Callable[[], float] = time.monotonic,
 ) -> tuple[Background, PumpMetrics]:
     metrics = PumpMetrics()
     bg = Background(
@@ -45,10 +49,13 @@ def make_background(
         tso_source or FakeTSO(),
         registry or FakeRegistry(),
         metrics,
-        write_count=write_count,
+        last_write=last_write,
         fake_interval=fake_interval,
+        pull_fake_interval=pull_fake_interval,
+        pulling=pulling,
         gc_keep=gc_keep,
         clock=clock,
+        monotonic=monotonic,
     )
     return bg, metrics
 
@@ -64,15 +71,113 @@ def test_write_fake_binlog_is_a_rollback_with_start_equal_commit() -> None:
     assert clock.now() >= ts
 
 
-def test_fake_tick_writes_only_when_no_write_arrived() -> None:
+class ManualClock:
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_fake_tick_writes_only_after_the_gap_without_writes() -> None:
     storage = MemoryStorage()
-    writes = [0]
-    bg, _ = make_background(storage, write_count=lambda: writes[0])
-    assert bg.fake_tick()
-    writes[0] += 3
+    now = ManualClock()
+    last_write = [now.now]
+    bg, _ = make_background(storage, last_write=lambda: last_write[0], fake_interval=3.0, monotonic=now)
+    now.now += 2.9
     assert not bg.fake_tick()
+    assert bg.fake_due_in() == pytest.approx(0.1)
+    now.now += 0.1
+    assert bg.fake_tick()
+    assert storage.writes == 1
+    now.now += 2.0
+    last_write[0] = now.now  # a WriteBinlog: the gap starts again
+    now.now += 2.9
+    assert not bg.fake_tick()
+    now.now += 0.1
+    assert bg.fake_tick()
+    now.now += 2.9
+    assert not bg.fake_tick()  # measured from the last fake binlog too
+    now.now += 0.1
+    assert bg.fake_tick()
+    assert storage.writes == 3
+
+
+def test_the_short_gap_applies_only_while_a_drainer_pulls() -> None:
+    storage = MemoryStorage()
+    now = ManualClock()
+    pulling = [False]
+    bg, _ = make_background(
+        storage,
+        last_write=lambda: now.now - 1.0,
+        fake_interval=3.0,
+        pull_fake_interval=0.25,
+        pulling=lambda: pulling[0],
+        monotonic=now,
+    )
+    assert bg.fake_gap() == 3.0
+    now.now += 0.5
+    assert not bg.fake_tick()  # no drainer: the 3 s gap
+    pulling[0] = True
+    assert bg.fake_gap() == 0.25
+    assert bg.fake_tick()
+    now.now += 0.2
+    assert not bg.fake_tick()
+    now.now += 0.05
     assert bg.fake_tick()
     assert storage.writes == 2
+
+
+def test_the_short_gap_is_capped_by_the_long_one_and_zero_turns_it_off() -> None:
+    bg, _ = make_background(MemoryStorage(), fake_interval=1.0, pull_fake_interval=5.0, pulling=lambda: True)
+    assert bg.fake_gap() == 1.0
+    bg, _ = make_background(MemoryStorage(), fake_interval=1.0, pull_fake_interval=0.0, pulling=lambda: True)
+    assert bg.fake_gap() == 1.0
+
+
+def test_a_failed_fake_binlog_is_retried_after_the_long_gap() -> None:
+    storage = FlakyStorage()
+    now = ManualClock()
+    bg, _ = make_background(
+        storage, last_write=lambda: 0.0, fake_interval=1.0, pull_fake_interval=0.25, pulling=lambda: True, monotonic=now
+    )
+    now.now += 0.25
+    with pytest.raises(OSError, match="Input/output"):
+        bg.fake_tick()
+    now.now += 0.5
+    assert not bg.fake_tick()  # not retried at the short gap
+    now.now += 0.5
+    assert bg.fake_tick()
+    now.now += 0.25
+    assert bg.fake_tick()  # back to the short gap after a success
+    assert storage.writes == 2
+
+
+def test_a_fake_binlog_without_a_tso_is_retried_after_the_long_gap(caplog: pytest.LogCaptureFixture) -> None:
+    class DownTSO(FakeTSO):
+        down = True
+
+        def get_ts(self, timeout: float | None = None) -> int:
+            if self.down:
+                raise TSOError("pd-server unreachable")
+            return super().get_ts(timeout)
+
+    storage = MemoryStorage()
+    now = ManualClock()
+    source = DownTSO()
+    bg, _ = make_background(
+        storage, fake_interval=3.0, pull_fake_interval=0.25, pulling=lambda: True, monotonic=now, tso_source=source
+    )
+    now.now += 0.25
+    with caplog.at_level(logging.WARNING, logger="pump.background"):
+        assert not bg.fake_tick()
+    assert "cannot write a fake binlog (next try in 3.0s): pd-server unreachable" in caplog.text
+    source.down = False
+    now.now += 2.9
+    assert not bg.fake_tick()
+    now.now += 0.1
+    assert bg.fake_tick()
+    assert storage.writes == 1
 
 
 def test_fake_loop_keeps_an_idle_pump_moving() -> None:
@@ -84,6 +189,18 @@ def test_fake_loop_keeps_an_idle_pump_moving() -> None:
     finally:
         bg.stop()
     assert storage.max_commit_ts() > 0
+
+
+def test_fake_loop_switches_to_the_short_gap_when_a_drainer_starts_pulling() -> None:
+    storage = MemoryStorage()
+    pulling = threading.Event()
+    bg, _ = make_background(storage, fake_interval=3600.0, pull_fake_interval=0.01, pulling=pulling.is_set)
+    bg.start()
+    try:
+        pulling.set()
+        wait_until(lambda: storage.writes >= 3, "fake binlogs at the short gap")
+    finally:
+        bg.stop()
 
 
 def test_gc_ts_is_tso_minus_keep() -> None:

@@ -159,19 +159,29 @@ def test_resolve_candidates() -> None:
 
 
 @st.composite
-def tidb_histories(draw: st.DrawFn) -> list[tuple[str, int, int]]:
+def tidb_histories(draw: st.DrawFn, max_fakes: int = 0) -> list[tuple[str, int, int]]:
     """Arrival sequences obeying TiDB's order: start_ts < commit_ts, the prewrite arrives before the
-    commit_ts is fetched, a commit arrives after its commit_ts was fetched."""
+    commit_ts is fetched, a commit arrives after its commit_ts was fetched.  With `max_fakes`, up to
+    that many fake binlogs ("F", ts, ts) interleaved at any moment: the pump takes the ts from the TSO,
+    then writes it (it arrives) some steps later."""
     n = draw(st.integers(min_value=1, max_value=12))
+    fakes = draw(st.integers(min_value=0, max_value=max_fakes))
     clock = 0
-    txns: list[dict[str, int]] = [{} for _ in range(n)]
+    txns: list[dict[str, int]] = [{} for _ in range(n + fakes)]
     events: list[tuple[str, int, int]] = []
     # steps: 0 begin (start_ts), 1 prewrite arrives, 2 fetch commit_ts or decide rollback, 3 commit/rollback arrives
-    stage = [0] * n
+    # a fake (index >= n): 2 fetch its ts, 3 it arrives
+    stage = [0] * n + [2] * fakes
     while any(s < 4 for s in stage):
-        i = draw(st.sampled_from([k for k in range(n) if stage[k] < 4]))
+        i = draw(st.sampled_from([k for k in range(n + fakes) if stage[k] < 4]))
         t = txns[i]
-        if stage[i] == 0:
+        if i >= n:
+            if stage[i] == 2:
+                clock += 1
+                t["fake"] = clock
+            else:
+                events.append(("F", t["fake"], t["fake"]))
+        elif stage[i] == 0:
             clock += 1
             t["start"] = clock
         elif stage[i] == 1:
@@ -204,6 +214,25 @@ def test_no_commit_of_a_real_history_is_late(events: list[tuple[str, int, int]])
     assert s.all_matched()
     assert s.watermark == max(commits, default=0)
     assert s.late_count == 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(tidb_histories(max_fakes=8))
+def test_fake_binlogs_at_any_moment_never_make_a_commit_late(events: list[tuple[str, int, int]]) -> None:
+    """The fake binlog's safety does not depend on how often it is written (gen-binlog-pull-interval):
+    a commit is never at or below the watermark when it arrives, whatever fakes came before it."""
+    s = Sorter()
+    f = Feed(s)
+    for kind, start, commit in events:
+        if kind == "P":
+            f.p(start)
+        elif kind == "R":
+            f.r(start)
+        elif kind == "F":
+            f.fake(start)
+        else:
+            assert f.c(start, commit) is True, (start, commit, s.watermark)
+    assert s.all_matched()
 
 
 def test_items_held_follow_unfinished_prewrites_not_arrivals() -> None:
