@@ -21,7 +21,7 @@ from common.etcd import EtcdClient
 from common.pb import pump_pb2, pump_pb2_grpc
 from common.pd_client import read_cluster_id, read_leader
 from common.registry import NodeKind, NodeState, NodeStatus, Registry
-from tools.procs import ManagedProcess, free_port, port_open, python_module_argv
+from tools.procs import ManagedProcess, free_port, free_ports, port_open, python_module_argv
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +41,9 @@ class EtcdProcess:
 
     def __init__(self, base_dir: Path, *, client_port: int | None = None, peer_port: int | None = None) -> None:
         self.base_dir = base_dir
-        self.client_port = client_port or free_port()
-        self.peer_port = peer_port or free_port()
+        ports = free_ports(2)
+        self.client_port = client_port or ports[0]
+        self.peer_port = peer_port or ports[1]
         self.url = f"http://127.0.0.1:{self.client_port}"
         peer = f"http://127.0.0.1:{self.peer_port}"
         argv = [
@@ -140,8 +141,9 @@ class NodeProcess:
         env: Mapping[str, str] | None = None,
     ) -> None:
         self.name = name
-        self.grpc_port = grpc_port or free_port()
-        self.status_port = status_port or free_port()
+        ports = free_ports(2)
+        self.grpc_port = grpc_port or ports[0]
+        self.status_port = status_port or ports[1]
         self.addr = f"127.0.0.1:{self.grpc_port}"
         self.status_addr = f"127.0.0.1:{self.status_port}"
         self.data_dir = base_dir / name

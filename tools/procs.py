@@ -12,6 +12,7 @@ import contextlib
 import ctypes
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -24,6 +25,12 @@ log = logging.getLogger(__name__)
 
 
 _PR_SET_PDEATHSIG = 1
+
+
+_SETPRIV = shutil.which("setpriv")
+"""util-linux `setpriv --pdeathsig`: the child dies with its parent without a `preexec_fn`.  A
+`preexec_fn` forces a plain fork(), and in a process with gRPC threads gRPC's fork handlers can then
+abort the child (`epoll_wait ... Bad file descriptor`); the `prctl` below is only the fallback."""
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
@@ -43,6 +50,18 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """`n` distinct TCP ports that are free right now (all bound at once, so none is handed out twice)."""
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind((host, 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def port_open(host: str, port: int, timeout: float = 0.2) -> bool:
@@ -100,15 +119,21 @@ class ManagedProcess:
         with open(self.log_path, "ab") as logf:
             logf.write(f"--- start {self.name}: {' '.join(self.argv)}\n".encode())
             logf.flush()
+            argv, preexec = self.argv, None
+            if self.die_with_parent:
+                if _SETPRIV:  # exec-time death signal: no Python code between fork and exec
+                    argv = [_SETPRIV, "--pdeathsig", "KILL", "--", *self.argv]
+                else:
+                    preexec = _die_with_parent
             self.proc = subprocess.Popen(
-                self.argv,
+                argv,
                 stdout=logf,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env=self.env,
                 cwd=self.cwd,
                 start_new_session=True,
-                preexec_fn=_die_with_parent if self.die_with_parent else None,  # noqa: PLW1509
+                preexec_fn=preexec,  # noqa: PLW1509
             )
         log.info("started %s (pid %d)", self.name, self.proc.pid)
 
