@@ -264,6 +264,9 @@ class PumpApp:
                 shutdown_step("publish pausing", lambda: node.publish(NodeState.PAUSING))
             elif node.state is NodeState.CLOSING:
                 final = NodeState.OFFLINE
+                # clients stop routing prewrites here at once (they would fail with "no online: closing");
+                # drainers keep pulling a closing pump, so the offline wait below still completes
+                shutdown_step("publish closing", lambda: node.publish(NodeState.CLOSING))
 
         log.info("close 2/8: stop background")
         if self.background is not None:

@@ -264,7 +264,7 @@ def test_close_waits_for_the_drainer_before_going_offline(
         writes = p.storage.writes
         wait_until(lambda: p.storage.writes >= writes + 3, "fake binlogs written during the offline wait")
         assert p.thread.is_alive()
-        assert pump_status(registry).state is NodeState.ONLINE  # closing is local only
+        assert pump_status(registry).state is NodeState.CLOSING  # published: clients stop routing here
         with pytest.raises(NotOnlineError, match="no online: closing"):
             _write_prewrite(p)
         assert p.http("PUT", f"/state/{NODE_ID}/pause")[0] == 409
