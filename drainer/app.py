@@ -167,7 +167,7 @@ class DrainerApp:
             version = max((j.schema_version for j in jobs), default=0)
         self.schema = DrainerSchema(source)
         self.schema.load(version)
-        self.merger = merger = Merger(start_ts)
+        self.merger = merger = Merger(start_ts, hold_until_released=True)  # released by the syncer
         self.sink = self._sink_factory(cfg)
         self.metrics = DrainerMetrics(
             self.pump_positions,

@@ -3,7 +3,7 @@
 Key names and defaults are the original's (reference §3.11), plus ours:
 
     [syncer] safe-mode-duration   how long safe mode is forced on after every start (original: fixed 5 min)
-    [syncer] max-inflight-bytes   bytes of binlogs held between the merger and the sink
+    [syncer] max-inflight-bytes   bytes of decoded DMLs between translation and their success downstream
     [syncer] db-type = "sqlite"   our sqlite sink, writing `[syncer.to] path` (default <data-dir>/downstream.db)
     [[syncer.event-filter]]       per-table DML / DDL event filters (see `EventFilterRule`); this replaces the
                                   original's `[syncer.binlog-filter-rule.<name>]` + `[[syncer.table-migrate-rule]]`
@@ -51,8 +51,9 @@ DEFAULT_TXN_BATCH: Final = 20
 DEFAULT_WORKER_COUNT: Final = 16
 DEFAULT_SAFE_MODE_DURATION: Final = 300.0
 """Ours: the original forces safe mode for a fixed 5 minutes after start."""
-DEFAULT_MAX_INFLIGHT_BYTES: Final = 256 * 1024**2
-"""Ours: memory is bounded by bytes (DESIGN §5); the original counted binlogs (cache-binlog-count = 8)."""
+DEFAULT_MAX_INFLIGHT_BYTES: Final = 32 * 1024**2
+"""Ours: memory is bounded by bytes (DESIGN §5); the original counted binlogs (cache-binlog-count = 8).  Bytes
+of decoded DMLs as Python objects (`drainer.events.dml_memory`), not of binlogs."""
 DEFAULT_IGNORE_SCHEMAS: Final = "INFORMATION_SCHEMA,PERFORMANCE_SCHEMA,mysql"
 DEFAULT_RELAY_MAX_FILE_SIZE: Final = 10_485_760
 DEFAULT_TO_HOST: Final = "localhost"
@@ -263,7 +264,7 @@ class SyncerConfig:
     )
     max_inflight_bytes: ByteSize = field(
         default=DEFAULT_MAX_INFLIGHT_BYTES,
-        metadata={"help": "binlog bytes held between merger and sink (ours)", "validate": _positive},
+        metadata={"help": "bytes of decoded DMLs in flight to the downstream (ours)", "validate": _positive},
     )
     db_type: DbType = field(
         default=DEFAULT_DB_TYPE,

@@ -13,8 +13,13 @@
   sink that plans its own statements, such as sqlite, needs it) and the original query text.
 * A :class:`Txn` is one upstream transaction at one commit_ts, as handed to a sink: DMLs, or
   one DDL, or nothing at all (a fake binlog or a fully filtered transaction, which only moves
-  the checkpoint).  ``binlog`` is the tipb binlog it came from (the file sink and the relay log
-  write it out); ``size`` is its approximate bytes, for byte budgets.
+  the checkpoint).  ``binlog`` is the tipb binlog of a DDL or an empty txn (a DML txn does not
+  keep its binlog: translated, it is only memory); ``size`` is its approximate bytes, for byte
+  budgets.  A transaction too large to translate at once reaches a sink that takes parts
+  (``Sink.takes_parts``) as several Txns with its commit_ts: every one but the last has
+  ``partial`` set, and the sink reports the commit_ts only once all of them are applied.
+* :func:`dml_memory` estimates what a DML's Python objects take, the unit of the drainer's
+  byte budgets after translation: a decoded row is much larger than its encoded bytes.
 """
 
 from __future__ import annotations
@@ -78,6 +83,21 @@ class DML:
     """The old row (update, delete)."""
     commit_ts: int = 0
     size: int = 0
+    """Encoded bytes of the row(s) it was decoded from."""
+
+
+DML_BASE_BYTES = 200
+"""Bytes of a DML's own objects: the DML (7 slots), its values tuple header(s), a list slot."""
+VALUE_BYTES = 48
+"""Bytes per column and row image on top of the value's encoded bytes: a tuple slot and an object header
+(an int is 28-32 bytes for its 1-9 encoded ones, a str or bytes 33-49 plus its length)."""
+
+
+def dml_memory(d: DML) -> int:
+    """About how many bytes ``d``'s Python objects take (its encoded size plus per-object overheads;
+    ``tests/unit/test_drainer_memory.py`` checks it against tracemalloc)."""
+    images = (d.values is not None) + (d.old_values is not None)
+    return DML_BASE_BYTES + d.size + images * VALUE_BYTES * len(d.shape.columns)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +121,8 @@ class Txn:
     binlog: binlog_pb2.Binlog | None = None
     size: int = 0
     schema_version: int = 0
+    partial: bool = False
+    """One part of a transaction translated in parts; the part with ``partial`` unset comes last."""
 
     @property
     def is_empty(self) -> bool:

@@ -28,7 +28,12 @@
   with its connection cannot make the retry fail.  Anything else stops the loader: every later
   ``add``/``flush`` raises the error, and nothing more is reported.
 * **Memory** is bounded by bytes: ``add`` blocks while the transactions added but not yet
-  reported exceed ``max_inflight_bytes`` (one transaction is always admitted).
+  reported exceed ``max_inflight_bytes`` (one transaction is always admitted).  A transaction
+  costs what its decoded DMLs take in memory (:func:`drainer.events.dml_memory`, well above
+  their binlog bytes for small rows), not its binlog size.  Workers drop their DMLs before the
+  success report that frees their bytes.
+* **Parts.**  A transaction translated in parts (``Txn.partial``) is reported once, after its
+  last part: until then its parts only count as work in flight (for ``flush`` and the budget).
 * ``enable_dispatch=False``: one worker, and every upstream transaction is one downstream
   transaction of its own.
 """
@@ -46,7 +51,7 @@ from functools import partial
 from typing import Protocol
 
 from drainer.causality import Causality, dml_keys, worker_of
-from drainer.events import DDL, DML, Txn
+from drainer.events import DDL, DML, Txn, dml_memory
 from drainer.sinks.base import OnSuccess, Sink, SinkError
 
 log = logging.getLogger(__name__)
@@ -55,7 +60,8 @@ __all__ = ["ExecError", "Executor", "ExecutorFactory", "Loader"]
 
 DEFAULT_WORKER_COUNT = 16
 DEFAULT_TXN_BATCH = 20
-DEFAULT_MAX_INFLIGHT_BYTES = 64 << 20
+DEFAULT_MAX_INFLIGHT_BYTES = 32 << 20
+"""Bytes of decoded DMLs (:func:`drainer.events.dml_memory`) between ``add`` and their success report."""
 EXEC_LIMIT_MULTIPLE = 3
 """Accumulate up to txn_batch * worker_count * 3 DMLs before dispatching (original: execLimitMultiple)."""
 DML_RETRIES = 100
@@ -64,10 +70,11 @@ DDL_RETRIES = 5
 """Tries of one DDL (original: 5, 1 s apart)."""
 BACKOFF_FIRST = 0.05
 BACKOFF_MAX = 1.0
-MAX_CAUSALITY_KEYS = 1 << 20
-"""Reset causality (after a flush) once it holds this many keys."""
+MAX_CAUSALITY_KEYS = 1 << 17
+"""Reset causality (after a flush) once it holds this many keys: about 140 bytes each (a key text and
+its map entry), so at most about 18 MB; keys pile up while the workers are never idle (a catch-up)."""
 TXN_OVERHEAD = 64
-"""Bytes counted per transaction on top of ``txn.size``."""
+"""Bytes counted per transaction on top of what its DMLs take (or its ``size`` when it has none)."""
 CLOSE_JOIN_TIMEOUT = 10.0
 
 
@@ -99,6 +106,8 @@ ExecutorFactory = Callable[[int], Executor]
 class _Batch:
     seq: int
     commit_ts: list[int] = field(default_factory=list)
+    parts: int = 0
+    """Partial txns in the batch (added, never reported by commit_ts)."""
     nbytes: int = 0
     pending: int = 0
     """Units dispatched and not yet done."""
@@ -173,7 +182,7 @@ class Loader:
         self._batches: deque[_Batch] = deque()  # dispatched, in order, not yet reported
         self._on_success: OnSuccess = lambda ts: None
 
-        self._input: queue.SimpleQueue[Txn | None] = queue.SimpleQueue()
+        self._input: queue.SimpleQueue[tuple[Txn, int] | None] = queue.SimpleQueue()
         self._stop = threading.Event()
         self._workers: list[_Worker] = []
         self._coordinator: threading.Thread | None = None
@@ -226,7 +235,7 @@ class Loader:
                     self._blocked -= 1
             self._inflight_bytes += cost
             self._added += 1
-        self._input.put(txn)
+        self._input.put((txn, cost))
 
     def flush(self, timeout: float | None = None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -318,13 +327,14 @@ class Loader:
     def _coordinate(self) -> None:
         try:
             while not self._stop.is_set():
-                txn = self._input.get()
-                while txn is not None:
-                    self._process(txn)
+                item = self._input.get()
+                while item is not None:
+                    self._process(*item)
                     if self._npending >= self._limit or self.per_txn:
                         self._dispatch()
+                    item = None  # no reference to a txn's DMLs while waiting for the next one
                     try:
-                        txn = self._input.get_nowait()
+                        item = self._input.get_nowait()
                     except queue.Empty:
                         break
                 if self._stop.is_set():
@@ -336,14 +346,14 @@ class Loader:
             log.exception("%s: coordinator crashed", self.name)
             self._fail(exc)
 
-    def _process(self, txn: Txn) -> None:
+    def _process(self, txn: Txn, cost: int) -> None:
         batch = self._current
         if txn.ddl is not None and not txn.ddl.skip:
             self._dispatch()
             self._wait_idle()
             self._causality.reset()
             self._seq += 1
-            ddl_batch = _Batch(self._seq, [txn.commit_ts], self._cost(txn))
+            ddl_batch = _Batch(self._seq, [txn.commit_ts], nbytes=cost)
             self._submit(ddl_batch, [(0, _Unit(ddl_batch, [], False, txn.ddl, txn.commit_ts))])
             self._wait_idle()
             return
@@ -357,12 +367,18 @@ class Loader:
                 self._pending[w].append(dml)
                 self._npending += 1
             batch = self._current  # _assign may have dispatched the earlier part
-        batch.commit_ts.append(txn.commit_ts)
-        batch.nbytes += self._cost(txn)
+        if txn.partial:
+            batch.parts += 1
+        else:
+            batch.commit_ts.append(txn.commit_ts)
+        batch.nbytes += cost
 
     @staticmethod
     def _cost(txn: Txn) -> int:
-        return (txn.size or sum(d.size for d in txn.dmls)) + TXN_OVERHEAD
+        """Budget bytes of ``txn``: what its DMLs take in memory, else its size (a DDL, an empty txn)."""
+        if txn.dmls:
+            return sum(map(dml_memory, txn.dmls)) + TXN_OVERHEAD
+        return txn.size + TXN_OVERHEAD
 
     def _assign(self, dml: DML) -> int:
         if not self.detect or self.worker_count == 1:
@@ -382,7 +398,7 @@ class Loader:
         batch = self._current
         self._seq += 1
         self._current = _Batch(self._seq)
-        if not batch.commit_ts and self._npending == 0:
+        if not batch.commit_ts and not batch.parts and self._npending == 0:
             return
         safe = self._safe_mode
         units = [(w, _Unit(batch, dmls, safe)) for w, dmls in enumerate(self._pending) if dmls]
@@ -434,7 +450,7 @@ class Loader:
                 for ts in b.commit_ts:
                     self._on_success(ts)
             with self._cv:
-                self._reported += sum(len(b.commit_ts) for b in ready)
+                self._reported += sum(len(b.commit_ts) + b.parts for b in ready)
                 self._inflight_bytes -= sum(b.nbytes for b in ready)
                 self._cv.notify_all()
 
@@ -456,8 +472,10 @@ class Loader:
                             units.append(w.units.popleft())
                             taken += len(units[-1].dmls)
                 self._run(w, units)
-                for u in units:
-                    self._unit_done(u.batch)
+                batches = [u.batch for u in units]
+                del units  # the DMLs go before the report frees their budget
+                for batch in batches:
+                    self._unit_done(batch)
         except _StoppedError:
             return
         except BaseException as exc:
@@ -510,6 +528,11 @@ class LoaderSink(Sink):
 
     safe_mode_aware = True
     loader: Loader
+
+    @property
+    def takes_parts(self) -> bool:
+        """Parts of a large txn, unless every upstream txn must be one downstream txn (no dispatch)."""
+        return not self.loader.per_txn
 
     def start(self, on_success: OnSuccess) -> None:
         self.loader.start(on_success)

@@ -18,10 +18,12 @@ from common.config import run_command
 from common.daemon import run_daemon
 from drainer.app import DrainerApp
 from drainer.config import parse_args
+from drainer.malloc import tune_malloc
 
 
 @run_command(prog="drainer")
 def main(argv: list[str] | None = None) -> int:
+    tune_malloc()  # before any thread allocates
     cfg, args = parse_args(argv)
     return run_daemon("drainer", cfg, args.print_config, lambda: DrainerApp(cfg))
 

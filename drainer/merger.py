@@ -16,7 +16,11 @@ happen).  Both are counted.
 threads: one puller per source calls `put`, one consumer calls `get`.  Each source's buffered
 binlogs (its head included) are bounded by bytes, not counts (DESIGN §5): `put` blocks while the
 source holds more than `max_bytes_per_source`, but always admits one binlog into an empty buffer
-so a binlog larger than the budget still passes, alone.
+so a binlog larger than the budget still passes, alone.  `wait_room` lets a puller wait for room
+*before* it receives the next binlog, so a source never holds more than its budget plus the one
+binlog its puller has in hand.  With `hold_until_released`, a binlog taken by `get` stays on its
+source's budget until the consumer calls `release` (the drainer's syncer does once it translated it),
+so what a source costs is bounded through translation, not just while buffered.
 """
 
 from __future__ import annotations
@@ -46,6 +50,9 @@ class MergeItem:
     binlog: binlog_pb2.Binlog
     size: int
     """Bytes of the serialized binlog, for byte budgets."""
+    prewrite_value: bytes | memoryview | None = None
+    """The binlog's prewrite value when ``binlog`` was parsed without it (:func:`drainer.wire.split_binlog`:
+    a view of the received message, not a copy)."""
 
     @property
     def commit_ts(self) -> int:
@@ -147,11 +154,18 @@ class MergeCore:
 class Merger:
     """`MergeCore` for threads: pullers `put` per source, one consumer `get`s the merged stream."""
 
-    def __init__(self, latest_ts: int, *, max_bytes_per_source: int = DEFAULT_MAX_BYTES_PER_SOURCE) -> None:
+    def __init__(
+        self,
+        latest_ts: int,
+        *,
+        max_bytes_per_source: int = DEFAULT_MAX_BYTES_PER_SOURCE,
+        hold_until_released: bool = False,
+    ) -> None:
         if max_bytes_per_source <= 0:
             raise ValueError(f"max_bytes_per_source must be positive, not {max_bytes_per_source}")
         self._core = MergeCore(latest_ts)
         self._max = max_bytes_per_source
+        self._hold = hold_until_released
         self._lock = threading.Lock()
         self._ready = threading.Condition(self._lock)  # the consumer waits here
         self._room = threading.Condition(self._lock)  # producers wait here
@@ -234,6 +248,23 @@ class Merger:
             self._ready.notify()
             return True
 
+    def wait_room(self, node_id: str, timeout: float | None = None) -> bool:
+        """Wait until ``node_id`` holds less than its budget.  A puller calls this before it receives the
+        next binlog, so a source with a large binlog buffered does not pull another one meanwhile.
+        False when `timeout` passed first or the merger is closed."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            while True:
+                if self._closed:
+                    return False
+                held = self._bytes.get(node_id)
+                if held is not None and held < self._max:
+                    return True
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                self._room.wait(remaining)
+
     # ------------------------------------------------------------------------------ consumer
     def get(self, timeout: float | None = None) -> MergeItem | None:
         """The next binlog in commit_ts order; None on timeout or once closed."""
@@ -261,10 +292,22 @@ class Merger:
             if taken is None:  # no sources at all
                 return None
             item, emitted = taken
+            if emitted and self._hold:
+                return item  # its bytes stay on the budget until release()
             self._bytes[item.node_id] -= item.size
             self._room.notify_all()
             if emitted:
                 return item
+
+    def release(self, node_id: str, size: int) -> None:
+        """The consumer is done with a binlog of `size` bytes it took from `node_id` (with
+        `hold_until_released`; a no-op otherwise, and for a source removed since)."""
+        if not self._hold:
+            return
+        with self._lock:
+            if node_id in self._bytes:
+                self._bytes[node_id] = max(0, self._bytes[node_id] - size)
+                self._room.notify_all()
 
     def close(self) -> None:
         """Wake everyone: `put` and `get` return False / None from now on.  Idempotent."""

@@ -8,7 +8,10 @@ One thread takes binlogs from the merger in commit_ts order (reference §3.4):
   schema.  A job that was cancelled, a table the filters skip, or ``sync-ddl = false`` still
   moves the checkpoint; a DDL rule match is sent with ``skip`` set (not executed).
 * A DML binlog is decoded with the table info valid at its schema version; rows of filtered
-  tables and filtered event types are dropped; what is left goes to the sink as one txn.
+  tables and filtered event types are dropped; what is left goes to the sink as one txn.  A sink
+  that takes parts (the SQL sinks) gets it in parts of about :data:`TXN_PART_BYTES` of decoded
+  DMLs, decoded as they go: a transaction of millions of rows is never in memory all at once.
+  The binlog is dropped once translated.
 
 Checkpoint: the sink reports successes in commit_ts order.  The saver thread writes
 ``commit_ts`` (and the schema version of the last DDL applied at or before it) every
@@ -27,20 +30,21 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
 from common.errors import BinlogError
 from common.pb import binlog_pb2
 from drainer.checkpoint import Checkpoint
-from drainer.events import DDL, DMLType, Txn
+from drainer.events import DDL, DML, DMLType, Txn, dml_memory
 from drainer.filters import Filter
+from drainer.malloc import trim
 from drainer.merger import MergeItem, Merger
 from drainer.metrics import DrainerMetrics
 from drainer.schema import DDLJobNotFoundError, DrainerSchema
 from drainer.sinks.base import Sink
-from drainer.translator import is_fake, translate
+from drainer.translator import is_fake, translate_iter
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +55,10 @@ SAFE_MODE_DURATION: Final = 300.0
 POLL: Final = 0.2
 BARRIER_POLL: Final = 0.5
 """How often a DDL barrier waiting for the sink checks for a stop (seconds)."""
+TRIM_AFTER_BYTES: Final = 8 << 20
+"""Free heap pages go back to the system after a binlog at least this large (`drainer.malloc.trim`)."""
+TXN_PART_BYTES: Final = 8 << 20
+"""A large transaction goes to a sink that takes parts in parts of about this many bytes of DMLs."""
 _EVENT_NAMES: Final = {DMLType.INSERT: "Insert", DMLType.UPDATE: "Update", DMLType.DELETE: "Delete"}
 
 
@@ -121,6 +129,8 @@ class Syncer:
         self._started_at = clock()
         self._forced_safe = False
         self._first_binlog = True
+        self._open_part: int | None = None
+        """commit_ts of the txn whose parts are being added."""
         self._started = False
         self._save_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
@@ -197,8 +207,15 @@ class Syncer:
                 if self._first_binlog:
                     self._first_binlog = False
                     self._started_at = self._clock()
-                txn = self._txn_of(item)
-                self._add(txn)
+                node_id, size = item.node_id, item.size
+                txns = self._txns_of(item)
+                del item  # the binlog is held only while it is translated, not while `add` waits
+                for txn in txns:
+                    self._add(txn)
+                    del txn
+                self.merger.release(node_id, size)  # its pump may send the next one
+                if size >= TRIM_AFTER_BYTES:
+                    trim()  # decoding it churned the heap
         except DDLJobNotFoundError as exc:
             if self._stop.is_set():  # stop() gave up on the job: that binlog was not added, no failure
                 log.info("stopped while waiting for a DDL job: %s", exc)
@@ -225,17 +242,21 @@ class Syncer:
             log.info("forced safe mode over; safe-mode=%s from now on", self.safe_mode)
             self.sink.set_safe_mode(self.safe_mode)
 
-    def _txn_of(self, item: MergeItem) -> Txn:
+    def _txns_of(self, item: MergeItem) -> Iterator[Txn]:
+        """The txn of one binlog, or the parts of a large DML txn (the last one not partial)."""
         b = item.binlog
         ts = b.commit_ts
         if self.filter.skip_txn(ts):
             log.info("commit_ts=%d skipped (ignore-txn-commit-ts)", ts)
-            return Txn(ts, binlog=b)
-        if is_fake(b):
-            return Txn(ts, binlog=b)
-        if b.ddl_job_id > 0:
-            return self._ddl_txn(b, item.node_id)
-        return self._dml_txn(b, item)
+            yield Txn(ts, binlog=b)
+        elif is_fake(b):
+            yield Txn(ts, binlog=b)
+        elif b.ddl_job_id > 0:
+            yield self._ddl_txn(b, item.node_id)
+        else:
+            parts = self._dml_txns(item)
+            del item, b
+            yield from parts
 
     def _ddl_txn(self, b: binlog_pb2.Binlog, node_id: str) -> Txn:
         ts = b.commit_ts
@@ -259,21 +280,42 @@ class Syncer:
         log.info("commit_ts=%d pump=%s ddl job %d: %s", ts, node_id, ddl.job.id, ddl.query)
         return Txn(ts, ddl=ddl, binlog=b, size=b.ByteSize(), schema_version=version)
 
-    def _dml_txn(self, b: binlog_pb2.Binlog, item: MergeItem) -> Txn:
+    def _dml_txns(self, item: MergeItem) -> Iterator[Txn]:
         f = self.filter
-        _, dmls = translate(
-            b, self.schema, node_id=item.node_id, skip_table=lambda shape: f.skip_table(shape.db, shape.table)
+        ts = item.binlog.commit_ts
+        _, dmls = translate_iter(
+            item.binlog,
+            self.schema,
+            node_id=item.node_id,
+            skip_table=lambda shape: f.skip_table(shape.db, shape.table),
+            prewrite_value=item.prewrite_value,
         )
-        kept = [d for d in dmls if not f.skip_dml(d.shape.db, d.shape.table, d.tp)]
-        return Txn(b.commit_ts, dmls=kept, binlog=b, size=item.size)
+        del item  # the rows' bytes stay referenced by `dmls` until the last is decoded
+        part_bytes = TXN_PART_BYTES if self.sink.takes_parts else 0
+        part: list[DML] = []
+        size = 0
+        for d in dmls:
+            if f.skip_dml(d.shape.db, d.shape.table, d.tp):
+                continue
+            if part_bytes and size >= part_bytes:  # more follows: the last part is never empty
+                yield Txn(ts, dmls=part, partial=True)
+                part, size = [], 0
+            part.append(d)
+            if part_bytes:
+                size += dml_memory(d)
+        del dmls
+        yield Txn(ts, dmls=part)
 
     def _add(self, txn: Txn) -> None:
         is_ddl = txn.ddl is not None and not txn.ddl.skip
         self._added_version = max(self._added_version, txn.schema_version)
         has_data = not txn.is_empty
-        with self._cond:
-            self._pending.append(_Pending(txn.commit_ts, self._added_version, has_data))
-            self._data_pending += has_data
+        first = self._open_part != txn.commit_ts  # not a later part of a txn added in parts
+        self._open_part = txn.commit_ts if txn.partial else None
+        if first:  # pending from its first part until its commit_ts is reported (after its last part)
+            with self._cond:
+                self._pending.append(_Pending(txn.commit_ts, self._added_version, has_data))
+                self._data_pending += has_data
         if self.metrics is not None:
             ev = self.metrics.event
             for d in txn.dmls:

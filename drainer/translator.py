@@ -18,15 +18,17 @@ Rows are ``{column id: datum}``; each is read with the table valid at the binlog
 * column ids not in the table (the hidden handle -1, a column dropped later) are ignored.
 
 Mutations on the old id of a truncated table are dropped (the original ``rewriteForOldVersion``).
+
+The prewrite value is read in place (:mod:`drainer.wire`): a row is copied out of the binlog's
+bytes only to be decoded, and :func:`translate_iter` decodes rows as they are taken, so a
+transaction of a million rows costs its bytes plus the rows in hand, not a million decoded rows.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
-
-from google.protobuf.message import DecodeError
 
 from common.codec import Datum, Kind, decode_deleted_row, decode_inserted_row, decode_updated_row, unflatten
 from common.codec.row import Row as DatumRow
@@ -36,6 +38,7 @@ from common.schema.defaults import default_value
 from common.schema.model import ColumnInfo
 from drainer.events import DML, DMLType, Row, TableShape
 from drainer.schema import DrainerSchema
+from drainer.wire import MutationView, read_prewrite_value
 
 log = logging.getLogger(__name__)
 
@@ -59,23 +62,47 @@ def translate(
     *,
     node_id: str = "",
     skip_table: Callable[[TableShape], bool] | None = None,
+    prewrite_value: bytes | memoryview | None = None,
 ) -> tuple[int, list[DML]]:
     """The schema version and row events of a DML commit binlog (``(0, [])`` for any other binlog).
 
     Applies history jobs up to the binlog's schema version first.  Rows of a table for which
     `skip_table` says so are not decoded at all (a filtered table costs no decoding).  Raises
     :class:`~drainer.schema.UnknownTableError` for a table the schema does not know at that version
-    and :class:`TranslateError` for rows that do not decode.
+    and :class:`TranslateError` for rows that do not decode.  `prewrite_value`: the binlog's
+    prewrite value when `b` was parsed without it (:func:`drainer.wire.split_binlog`).
     """
-    if b.tp != binlog_pb2.Commit or b.ddl_job_id or not b.prewrite_value:
-        return 0, []
+    version, dmls = translate_iter(b, schema, node_id=node_id, skip_table=skip_table, prewrite_value=prewrite_value)
+    return version, list(dmls)
+
+
+def translate_iter(
+    b: binlog_pb2.Binlog,
+    schema: DrainerSchema,
+    *,
+    node_id: str = "",
+    skip_table: Callable[[TableShape], bool] | None = None,
+    prewrite_value: bytes | memoryview | None = None,
+) -> tuple[int, Iterator[DML]]:
+    """As :func:`translate`, but the row events come one at a time, decoded as they are taken, so a
+    transaction of millions of rows is never decoded all at once.
+
+    Everything that does not depend on row contents is checked before this returns: the prewrite
+    value's framing, every table at the binlog's version (unknown tables raise here), and each
+    mutation's row counts against its sequence.  Only a row that does not decode raises later,
+    from the iterator.
+    """
+    data = b.prewrite_value if prewrite_value is None else prewrite_value
+    if b.tp != binlog_pb2.Commit or b.ddl_job_id or not data:
+        return 0, iter(())
     try:
-        pv = binlog_pb2.PrewriteValue.FromString(b.prewrite_value)
-    except DecodeError as exc:
+        pv = read_prewrite_value(data)
+    except CodecError as exc:
         raise TranslateError(f"binlog commit_ts={b.commit_ts}{_from(node_id)}: bad prewrite value: {exc}") from None
+    del data
     version = pv.schema_version
     schema.apply_upto(version)
-    dmls: list[DML] = []
+    work: list[tuple[MutationView, TableShape]] = []
     for m in pv.mutations:
         if schema.was_truncated(m.table_id, version):
             log.info(
@@ -90,70 +117,80 @@ def translate(
         if skip_table is not None and skip_table(shape):
             continue
         try:
-            _mutation(m, _Decoder(shape), b.commit_ts, dmls)
+            _check_counts(m)
         except CodecError as exc:
-            raise TranslateError(
-                f"table id {m.table_id} ({shape.db}.{shape.table}) at schema version {version}, "
-                f"commit_ts={b.commit_ts}{_from(node_id)}: {exc}"
-            ) from exc
-    return version, dmls
+            raise _decode_error(m, shape, _where(version, b.commit_ts, node_id), exc) from exc
+        work.append((m, shape))
+    return version, _dmls(work, b.commit_ts, _where(version, b.commit_ts, node_id))
+
+
+def _decode_error(m: MutationView, shape: TableShape, where: str, exc: CodecError) -> TranslateError:
+    return TranslateError(f"table id {m.table_id} ({shape.db}.{shape.table}) at {where}: {exc}")
+
+
+def _dmls(work: list[tuple[MutationView, TableShape]], commit_ts: int, where: str) -> Iterator[DML]:
+    while work:
+        m, shape = work.pop(0)  # a mutation's rows are released once it is done
+        try:
+            yield from _mutation(m, _Decoder(shape), commit_ts)
+        except CodecError as exc:
+            raise _decode_error(m, shape, where, exc) from exc
+
+
+def _where(version: int, commit_ts: int, node_id: str) -> str:
+    return f"schema version {version}, commit_ts={commit_ts}{_from(node_id)}"
 
 
 def _from(node_id: str) -> str:
     return f" from pump {node_id}" if node_id else ""
 
 
-def _mutation(m: binlog_pb2.TableMutation, dec: _Decoder, commit_ts: int, out: list[DML]) -> None:
-    shape = dec.shape
-    ins = upd = dele = 0
-    for kind in m.sequence:
-        if kind == _INSERT:
-            data = _nth(m.inserted_rows, ins, "inserted")
-            ins += 1
-            handle, row = decode_inserted_row(data)
-            out.append(
-                DML(DMLType.INSERT, shape, values=dec.values(row, handle[0]), commit_ts=commit_ts, size=len(data))
-            )
-        elif kind == _UPDATE:
-            data = _nth(m.updated_rows, upd, "updated")
-            upd += 1
-            old, new = decode_updated_row(data)
-            out.append(
-                DML(
-                    DMLType.UPDATE,
-                    shape,
-                    values=dec.values(new),
-                    old_values=dec.values(old),
-                    commit_ts=commit_ts,
-                    size=len(data),
-                )
-            )
-        elif kind == _DELETE:
-            data = _nth(m.deleted_rows, dele, "deleted")
-            dele += 1
-            out.append(
-                DML(
-                    DMLType.DELETE,
-                    shape,
-                    old_values=dec.values(decode_deleted_row(data)),
-                    commit_ts=commit_ts,
-                    size=len(data),
-                )
-            )
-        else:
-            raise CodecError(f"unsupported mutation type {kind} (obsolete DeleteID/DeletePK)")
-    if (ins, upd, dele) != (len(m.inserted_rows), len(m.updated_rows), len(m.deleted_rows)):
+def _check_counts(m: MutationView) -> None:
+    seq = m.sequence
+    counts = (seq.count(_INSERT), seq.count(_UPDATE), seq.count(_DELETE))
+    held = (len(m.inserted) // 2, len(m.updated) // 2, len(m.deleted) // 2)
+    if counts != held or m.other_deletes:
+        bad = next((k for k in seq if k not in (_INSERT, _UPDATE, _DELETE)), None)
+        if bad is not None:
+            raise CodecError(f"unsupported mutation type {bad} (obsolete DeleteID/DeletePK)")
         raise CodecError(
-            f"sequence names {ins}/{upd}/{dele} inserted/updated/deleted rows, the mutation holds "
-            f"{len(m.inserted_rows)}/{len(m.updated_rows)}/{len(m.deleted_rows)}"
+            f"sequence names {counts[0]}/{counts[1]}/{counts[2]} inserted/updated/deleted rows, the mutation holds "
+            f"{held[0]}/{held[1]}/{held[2]}"
         )
 
 
-def _nth(rows: Any, i: int, what: str) -> bytes:
-    if i >= len(rows):
-        raise CodecError(f"sequence names more {what} rows than the mutation holds ({len(rows)})")
-    data: bytes = rows[i]
-    return data
+def _mutation(m: MutationView, dec: _Decoder, commit_ts: int) -> Iterator[DML]:
+    shape = dec.shape
+    ins = upd = dele = 0
+    row = m.row
+    for kind in m.sequence:
+        if kind == _INSERT:
+            data = row(m.inserted, ins)
+            ins += 1
+            handle, r = decode_inserted_row(data)
+            yield DML(DMLType.INSERT, shape, values=dec.values(r, handle[0]), commit_ts=commit_ts, size=len(data))
+        elif kind == _UPDATE:
+            data = row(m.updated, upd)
+            upd += 1
+            old, new = decode_updated_row(data)
+            yield DML(
+                DMLType.UPDATE,
+                shape,
+                values=dec.values(new),
+                old_values=dec.values(old),
+                commit_ts=commit_ts,
+                size=len(data),
+            )
+        else:  # _check_counts let only the three kinds through
+            data = row(m.deleted, dele)
+            dele += 1
+            yield DML(
+                DMLType.DELETE,
+                shape,
+                old_values=dec.values(decode_deleted_row(data)),
+                commit_ts=commit_ts,
+                size=len(data),
+            )
 
 
 class _Decoder:

@@ -13,6 +13,9 @@ Contract, for every implementation:
   ``SinkError``/``TimeoutError``).
 * ``close()`` is idempotent: it stops the workers without reporting anything not yet done.
 * ``error()`` is the failure that stopped the sink, or None.
+* A sink whose ``takes_parts`` is true may get a large transaction as several txns with one
+  ``commit_ts``, all but the last with ``partial`` set; it reports that ``commit_ts`` once, when
+  every part is applied.  Other sinks get every transaction whole.
 """
 
 from __future__ import annotations
@@ -49,6 +52,11 @@ class Sink(abc.ABC):
 
     @abc.abstractmethod
     def error(self) -> BaseException | None: ...
+
+    @property
+    def takes_parts(self) -> bool:
+        """True when the sink takes a large transaction in parts (``Txn.partial``)."""
+        return False
 
     def set_safe_mode(self, on: bool) -> None:  # noqa: B027 - optional hook
         """Switch REPLACE / DELETE+REPLACE rendering on or off (SQL sinks only)."""

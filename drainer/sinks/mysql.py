@@ -9,8 +9,12 @@ value is used as written, anything else becomes a string literal).  On TiDB also
 ``tidb_placement_mode = 'ignore'``.
 
 A chunk of DMLs goes out in as few round trips as the packet size allows: the rendered
-statements, interpolated by pymysql, joined with ``;`` and ended by ``COMMIT``, normally in
-one query.  A DDL runs as ``USE `db```; ``<query>`` (CREATE DATABASE without USE); the errors of
+statements, interpolated by pymysql, joined with ``;`` and ended by ``COMMIT``, in queries of up
+to :data:`MAX_QUERY_CHARS` (or a quarter of ``max_allowed_packet`` when smaller; one statement
+larger than that goes alone).  Statements are interpolated as their query is built, so a worker
+holds the text of one query at a time, not of its whole chunk.
+
+A DDL runs as ``USE `db```; ``<query>`` (CREATE DATABASE without USE); the errors of
 :data:`IGNORABLE_DDL_ERRORS` (exists / does not exist) are logged and ignored.  Lost
 connections, deadlocks and lock wait timeouts are retriable (:data:`RETRIABLE_ERRORS`); the
 connection is re-opened on the next try.  ``DDL.skip`` is not executed.
@@ -60,6 +64,9 @@ RETRIABLE_ERRORS = CONNECTION_ERRORS | {1205, 1213}
 CONNECT_TIMEOUT = 10.0
 DEFAULT_READ_TIMEOUT = 60.0
 STATEMENT_IN_ERROR = 300
+MAX_QUERY_CHARS = 1 << 20
+"""Characters of one multi-statement query (its text, encoded copy and packet are transient memory
+per worker; a megabyte already makes round trips a small part of the time)."""
 """Characters of a failing statement quoted in an error."""
 _OFFSET = re.compile(r"^([+-]?)(\d{1,2}):(\d{2})$")
 _LITERAL = re.compile(r"^(-?\d+(\.\d+)?|'.*'|\".*\")$", re.DOTALL)
@@ -115,6 +122,7 @@ class _MySQLExecutor:
         self._renderer = Renderer("mysql", tz=tz)
         self._max_query = 1 << 20
         self._packet = 4 << 20
+        self._sent = 0
         self._conn = self._connection()
 
     def _connection(self) -> Connection:
@@ -127,7 +135,7 @@ class _MySQLExecutor:
             finally:
                 cur.close()
             packet = int(row[0]) if row else 4 << 20
-            self._max_query = max(64 << 10, packet // 4)  # len() counts characters, up to 4 bytes each
+            self._max_query = max(64 << 10, min(MAX_QUERY_CHARS, packet // 4))  # a character: up to 4 bytes
             self._packet = packet
             self._conn = conn
         return self._conn
@@ -161,41 +169,57 @@ class _MySQLExecutor:
         except pymysql.err.Error as exc:
             raise self._error(exc, "connect") from exc
         cur = conn.cursor()
-        texts: list[str] = []
-        done = 0
+        total = len(stmts) + 1  # and COMMIT
+        texts: list[str] = []  # the statements of the query being built, from statement `first` on
+        first = 0
         try:
-            texts = [cur.mogrify(sql, params) for sql, params in stmts]
-            texts.append("COMMIT")
             limit = self._max_query
-            i = 0
-            while i < len(texts):
-                j = i + 1
-                size = len(texts[i])
-                while j < len(texts) and size + len(texts[j]) + 1 <= limit:
-                    size += len(texts[j]) + 1
-                    j += 1
-                query = ";".join(texts[i:j]) if j > i + 1 else texts[i]
-                if size * 4 > self._packet and (nbytes := len(query.encode())) > self._packet:
-                    raise ExecError(
-                        f"statement {i + 1} of {len(texts)} makes a query of {nbytes} bytes, more than the "
-                        f"downstream's max_allowed_packet ({self._packet}): raise max_allowed_packet",
-                        retriable=False,
-                    )
-                cur.execute(query)
-                done += 1
-                while cur.nextset():
-                    done += 1
-                i = j
+            size = 0
+            for k in range(total):
+                text = cur.mogrify(*stmts[k]) if k < len(stmts) else "COMMIT"
+                if texts and size + len(text) + 1 > limit:
+                    self._send(cur, texts, first, total)
+                    first += len(texts)
+                    texts, size = [], 0
+                texts.append(text)
+                size += len(text) + (size > 0)
+                del text
+                if size >= limit or k == total - 1:  # full (a large row: alone), or the end
+                    self._send(cur, texts, first, total)
+                    first += len(texts)
+                    texts, size = [], 0
         except ExecError:
             self._rollback()
             raise
         except pymysql.err.Error as exc:
-            bad = texts[done] if done < len(texts) else "?"
+            done = first + self._sent
+            bad = texts[done - first] if 0 <= done - first < len(texts) else "?"
             if len(bad) > STATEMENT_IN_ERROR:
                 bad = bad[:STATEMENT_IN_ERROR] + "..."
-            raise self._error(exc, f"statement {done + 1} of {len(texts)} {bad!r}") from exc
+            raise self._error(exc, f"statement {done + 1} of {total} {bad!r}") from exc
         finally:
             _close(cur)
+
+    def _send(self, cur: pymysql.cursors.Cursor, texts: list[str], first: int, total: int) -> None:
+        """Run ``texts`` (statements ``first``.. of the chunk) as one query; ``_sent`` counts the ones done.
+
+        The query is encoded here, as pymysql would, so the text is dropped before pymysql copies the
+        bytes into its packet (a 1 MB BLOB is a 2 MB hex literal: each copy counts, on every worker)."""
+        query = ";".join(texts) if len(texts) > 1 else texts[0]
+        data = query.encode(cur.connection.encoding)
+        del query
+        if len(data) > self._packet:
+            raise ExecError(
+                f"statement {first + 1} of {total} makes a query of {len(data)} bytes, more than the "
+                f"downstream's max_allowed_packet ({self._packet}): raise max_allowed_packet",
+                retriable=False,
+            )
+        self._sent = 0
+        cur.execute(data)  # type: ignore[call-overload]  # bytes go out as they are
+        del data
+        self._sent += 1
+        while cur.nextset():
+            self._sent += 1
 
     def execute_ddl(self, ddl: DDL, commit_ts: int) -> None:
         try:

@@ -340,6 +340,22 @@ class ValueLog:
         finally:
             self._release(f)
 
+    def peek(self, ptr: ValuePointer, n: int) -> bytes:
+        """The first `n` bytes (fewer if the record is shorter) of the payload at `ptr`, unchecked: the
+        checksum covers the whole payload, so only `read` verifies it.  Reads no more than the header
+        and those bytes, however large the record."""
+        fid, offset = ptr
+        f = self._acquire(fid)
+        try:
+            end = f.end
+            if offset < 0 or offset + HEADER_SIZE > end:
+                raise CorruptRecordError(f"vlog pointer beyond the data fid={fid} offset={offset} end={end}")
+            head = os.pread(f.fd, min(HEADER_SIZE + n, end - offset), offset)
+            length, _ = parse_header(head, max_payload=self._max_payload)
+            return head[HEADER_SIZE : HEADER_SIZE + min(n, length)]
+        finally:
+            self._release(f)
+
     def _events(self, fd: int, start: int, end: int) -> Iterator[list[DecodeEvent]]:
         decoder = RecordDecoder(start, end=end, max_payload=self._max_payload)
         pos = start

@@ -77,11 +77,14 @@ def check_merged(items: list[MergeItem], committed: dict[int, int]) -> None:
     everything else fake binlogs."""
     ts = [i.commit_ts for i in items]
     assert ts == sorted(set(ts)), "merged stream is not strictly ascending"
-    commits = {i.commit_ts: i.binlog for i in items if i.binlog.tp == binlog_pb2.Commit}
+    commits = {i.commit_ts: i for i in items if i.binlog.tp == binlog_pb2.Commit}
     assert set(commits) == set(committed), "lost or unexpected commits"
-    for commit_ts, b in commits.items():
+    for commit_ts, item in commits.items():
+        b = item.binlog
         assert b.start_ts == committed[commit_ts]
-        assert b.prewrite_value == prewrite_value(b.start_ts)
+        assert not b.HasField("prewrite_value")  # kept apart: a view of the received message, not a copy
+        assert item.prewrite_value is not None
+        assert bytes(item.prewrite_value) == prewrite_value(b.start_ts)
     assert all(is_fake(i.binlog) for i in items if i.binlog.tp != binlog_pb2.Commit)
 
 

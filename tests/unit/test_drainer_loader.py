@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from drainer.events import DDL, DML, Txn
+from drainer.events import DDL, DML, Txn, dml_memory
 from drainer.loader import ExecError, Executor, Loader
 from drainer.sinks.base import SinkError
 from tests.unit.test_drainer_causality import Table, random_dmls
-from tests.unit.test_drainer_sql import Schema, ins
+from tests.unit.test_drainer_sql import Schema, ins, upd
 from upstream.ddl import Column
 
 DEADLINE = 20.0
@@ -269,11 +269,14 @@ def test_byte_budget_blocks_add(schema: Schema, db: FakeDB, make_loader: Callabl
     loader = make_loader(worker_count=2, max_inflight_bytes=1000)
     loader.start(lambda ts: None)
     db.gate.clear()
-    loader.add(Txn(commit_ts=1, dmls=[ins(t, 1, None, 0)], size=900))  # admitted: the budget was empty
+    first, then = ins(t, 1, None, 0), ins(t, 2, None, 0)
+    first.size = then.size = 900  # a DML's cost is what its objects take: its row bytes and overheads
+    assert dml_memory(first) > 900
+    loader.add(Txn(commit_ts=1, dmls=[first]))  # admitted: the budget was empty
     done = threading.Event()
 
     def second() -> None:
-        loader.add(Txn(commit_ts=2, dmls=[ins(t, 2, None, 0)], size=900))
+        loader.add(Txn(commit_ts=2, dmls=[then]))
         done.set()
 
     th = threading.Thread(target=second)
@@ -286,6 +289,49 @@ def test_byte_budget_blocks_add(schema: Schema, db: FakeDB, make_loader: Callabl
     assert done.is_set()
     loader.flush(DEADLINE)
     assert loader.inflight_bytes == 0
+
+
+def test_a_txn_in_parts_is_reported_once_after_its_last_part(
+    schema: Schema, db: FakeDB, make_loader: Callable[..., Loader]
+) -> None:
+    """Parts of one txn are work in flight (flush waits for them) but never a success of their own: the
+    commit_ts is reported once, when the last part and everything before it are applied."""
+    t = schema.shape("d", "t")
+    reported: list[int] = []
+    loader = make_loader(worker_count=4, txn_batch=2)
+    loader.start(reported.append)
+    loader.add(Txn(commit_ts=5, dmls=[ins(t, 1, 1, 0)]))
+    loader.flush(DEADLINE)
+    db.gate.clear()
+    for part in range(3):
+        rows = [100 + 10 * part + i for i in range(5)]
+        loader.add(Txn(commit_ts=7, dmls=[ins(t, r, r, 0) for r in rows], partial=True))
+    with pytest.raises(TimeoutError):
+        loader.flush(0.05)  # the parts are in flight
+    db.gate.set()
+    wait_until(lambda: len(db.committed) == 16, "the parts to be applied")
+    time.sleep(0.05)
+    assert reported == [5]  # applied, but the txn is not complete
+    loader.flush(DEADLINE)  # parts count as added work, so flush waited for all of them
+    loader.add(Txn(commit_ts=7, dmls=[ins(t, 99, 99, 0)]))  # the last part
+    loader.add(Txn(commit_ts=9))
+    loader.flush(DEADLINE)
+    assert reported == [5, 7, 9]
+    assert sorted(db.committed) == [5] + [7] * 16
+    assert loader.inflight_bytes == 0
+
+
+def test_a_part_that_conflicts_with_an_earlier_part_waits_for_it(
+    schema: Schema, db: FakeDB, make_loader: Callable[..., Loader]
+) -> None:
+    """Causality spans parts: a row changed in two parts is changed in order."""
+    t = schema.shape("d", "t")
+    loader = make_loader(worker_count=4, txn_batch=1)
+    loader.start(lambda ts: None)
+    loader.add(Txn(commit_ts=3, dmls=[ins(t, i, i, 0) for i in range(8)], partial=True))
+    loader.add(Txn(commit_ts=3, dmls=[upd(t, (i, i, 0), (i, i, 1)) for i in range(8)]))
+    loader.flush(DEADLINE)
+    assert db.table.rows == {i: (i, i, 1) for i in range(8)}
 
 
 def test_one_huge_txn_is_admitted(schema: Schema, make_loader: Callable[..., Loader]) -> None:

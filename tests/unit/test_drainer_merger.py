@@ -243,6 +243,60 @@ def test_merger_admits_an_oversized_binlog_alone() -> None:
     assert merger.put(item("a", 2, size=1), timeout=0)
 
 
+def test_wait_room_lets_a_puller_wait_before_it_receives_the_next_binlog() -> None:
+    merger = Merger(0, max_bytes_per_source=100)
+    merger.add_source("a")
+    assert not merger.wait_room("zz", timeout=0)  # unknown source: no room
+    assert merger.wait_room("a", timeout=0)
+    assert merger.put(item("a", 1, size=500), timeout=0)
+    assert not merger.wait_room("a", timeout=0.02)  # a large binlog buffered: do not pull another
+    woke: list[bool] = []
+    t = threading.Thread(target=lambda: woke.append(merger.wait_room("a", timeout=JOIN)))
+    t.start()
+    assert cts(merger.get(timeout=JOIN)) == 1
+    t.join(JOIN)
+    assert woke == [True]
+    merger.close()
+    assert not merger.wait_room("a", timeout=0)
+
+
+def test_hold_until_released_keeps_a_taken_binlog_on_its_budget() -> None:
+    merger = Merger(0, max_bytes_per_source=100, hold_until_released=True)
+    merger.add_source("a")
+    merger.add_source("b")
+    assert merger.put(item("a", 1, size=500), timeout=0)
+    assert merger.put(item("b", 2, size=30), timeout=0)
+    assert cts(merger.get(timeout=JOIN)) == 1
+    assert merger.buffered_bytes("a") == 500  # taken, not released: still a's
+    assert not merger.wait_room("a", timeout=0)
+    assert not merger.put(item("a", 3, size=1), timeout=0)
+    merger.release("a", 500)
+    assert merger.buffered_bytes("a") == 0
+    assert merger.wait_room("a", timeout=0)
+    assert merger.put(item("a", 3, size=40), timeout=0)
+    # a dropped duplicate is never handed out, so its bytes go at once
+    assert merger.put(item("b", 3, size=20), timeout=0)
+    assert cts(merger.get(timeout=JOIN)) == 2
+    assert cts(merger.get(timeout=JOIN)) == 3
+    merger.release("a", 40)
+    merger.release("b", 30)
+    assert merger.buffered_bytes("b") == 20  # b's 3, a duplicate of a's, is b's head now
+    assert merger.put(item("a", 4, size=10), timeout=0)
+    assert merger.get(timeout=0) is None  # b's 3 is dropped when it comes up: nothing is handed out...
+    assert merger.buffered_bytes("b") == 0  # ...and its bytes are gone without a release
+    merger.release("zz", 5)  # unknown or removed source: nothing to do
+
+
+def test_release_is_a_no_op_without_hold() -> None:
+    merger = Merger(0, max_bytes_per_source=100)
+    merger.add_source("a")
+    assert merger.put(item("a", 1, size=60), timeout=0)
+    assert merger.put(item("a", 2, size=30), timeout=0)
+    assert cts(merger.get(timeout=JOIN)) == 1
+    merger.release("a", 60)
+    assert merger.buffered_bytes("a") == 30
+
+
 def test_merger_budget_is_per_source() -> None:
     merger = Merger(0, max_bytes_per_source=50)
     merger.add_source("a")

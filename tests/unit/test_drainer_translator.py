@@ -272,7 +272,7 @@ def test_malformed_rows_raise_translate_error_naming_table_commit_ts_and_pump(w:
     good = encode_inserted_row(1, [2], [int_datum(1)])
     cases = [
         ({"inserted_rows": [good[:-1]], "sequence": [binlog_pb2.Insert]}, "offset"),
-        ({"inserted_rows": [good], "sequence": [binlog_pb2.Insert, binlog_pb2.Insert]}, "more inserted rows"),
+        ({"inserted_rows": [good], "sequence": [binlog_pb2.Insert, binlog_pb2.Insert]}, "sequence names 2/0/0"),
         ({"inserted_rows": [good, good], "sequence": [binlog_pb2.Insert]}, "sequence names 1/0/0"),
         ({"deleted_ids": [1], "sequence": [binlog_pb2.DeleteID]}, "unsupported mutation type 2"),
         ({"updated_rows": [encode_updated_row([2], [int_datum(1)], [int_datum(2)])[:-2]],
