@@ -470,8 +470,8 @@ class PumpService:
         try:
             loop.run_in_executor(None, self._read_stream, offset, stop, feed)
             while (batch := await feed.get()) is not None:
-                for msg in batch:
-                    yield msg
+                while batch:
+                    yield batch.pop(0)  # a sent message is not kept while the next one is read
                     sent += 1
             label = SUCC
         except StorageClosedError:
@@ -498,8 +498,11 @@ class PumpService:
         """A pool thread: the storage's stream, marshaled, into `feed` until `stop` or the consumer leaves."""
         try:
             for item in self._storage.pull_commit_binlogs(offset, stop):
-                if not feed.put(gogo.marshal_pull_resp(item.payload, item.start_ts, item.commit_ts)):
+                msg = gogo.marshal_pull_resp(item.payload, item.start_ts, item.commit_ts)
+                del item  # a binlog can be GBs: not kept while the feed is full or the next one is read
+                if not feed.put(msg):
                     break
+                del msg
         except BaseException as exc:
             feed.end(exc)
         else:
