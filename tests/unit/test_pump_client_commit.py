@@ -27,7 +27,7 @@ class Harness:
         return self.now
 
     def attempt(
-        self, node_id: str, addr: str, request: pump_pb2.WriteBinlogReq, timeout: float, *, retry: bool
+        self, node_id: str, addr: str, request: pump_pb2.WriteBinlogReq | bytes, timeout: float, *, retry: bool
     ) -> AttemptError | None:
         self.calls.append((node_id, timeout, retry))
         if self.failures:
