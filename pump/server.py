@@ -234,6 +234,16 @@ class _Feed:
         self._waiter: asyncio.Future[None] | None = None
 
     # reader thread
+    def wait_room(self) -> bool:
+        """Wait until the feed holds less than its budget (the reader then reads the next binlog, so a
+        large one is not read while another waits here); False once the consumer is gone or stopped."""
+        with self._cond:
+            while self._bytes >= self._max and not self._closed:
+                if self._stop.is_set():
+                    return False
+                self._cond.wait(_STOP_SLICE)
+            return not self._closed and not self._stop.is_set()
+
     def put(self, msg: bytes) -> bool:
         """Hand over `msg`, waiting while the feed is full; False once the consumer is gone or the stream
         is stopped."""
@@ -497,9 +507,13 @@ class PumpService:
     def _read_stream(self, offset: int, stop: threading.Event, feed: _Feed) -> None:
         """A pool thread: the storage's stream, marshaled, into `feed` until `stop` or the consumer leaves."""
         try:
-            for item in self._storage.pull_commit_binlogs(offset, stop):
+            items = iter(self._storage.pull_commit_binlogs(offset, stop))
+            while feed.wait_room():  # the next binlog is read once there is room for it
+                item = next(items, None)
+                if item is None:
+                    break
                 msg = gogo.marshal_pull_resp(item.payload, item.start_ts, item.commit_ts)
-                del item  # a binlog can be GBs: not kept while the feed is full or the next one is read
+                del item  # a binlog can be GBs: one copy at a time
                 if not feed.put(msg):
                     break
                 del msg
