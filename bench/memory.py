@@ -8,7 +8,7 @@ store, in this process) writes the backlog through the pumps:
   workload), the large-binlog case: one binlog of 64 MiB;
 * ``--small-row-txns`` transactions of ``--txn-mb`` MiB of ``--small-row-bytes`` (512) byte rows,
   alternately inserting a batch and deleting the previous one (``bigtxn`` with
-  ``keep-batches = 1``): about 120k row events per binlog, the "bulk DELETE" case where decoded
+  ``keep-batches = 1``): 131k row events per binlog, the "bulk DELETE" case where decoded
   rows cost far more memory than their bytes;
 * ``--sysbench-seconds`` of the ``sysbench`` workload (small transactions, updates and deletes)
   from 4 threads;
@@ -23,7 +23,8 @@ so it covers the catch-up alone; its peak while writing is reported apart).  At 
 table's row count downstream is compared with upstream.
 
 One JSON object goes to stdout (progress to stderr): the backlog's bytes, the catch-up's seconds
-and MB/s, and per process ``peak_rss_mb`` (VmHWM), ``max_sampled_rss_mb`` and ``end_rss_mb``;
+and MB/s, and per process ``start_rss_mb`` (a pump's RSS left from the writes), ``peak_rss_mb``
+(VmHWM), ``max_sampled_rss_mb`` and ``end_rss_mb``;
 ``target.met`` says whether the drainer's peak stayed within ``--target-mb`` (512).  Exit status 1
 if the target is missed or a row count differs.
 
@@ -110,6 +111,7 @@ class Track:
         s = self.samples
         return {
             "pid": self.pid,
+            "start_rss_mb": round(s[0] / 1024, 1) if s else None,
             "peak_rss_mb": round(self.hwm_kb / 1024, 1),
             "max_sampled_rss_mb": round(max(s) / 1024, 1) if s else None,
             "median_sampled_rss_mb": round(sorted(s)[len(s) // 2] / 1024, 1) if s else None,
@@ -264,7 +266,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--downstream", choices=("mysql", "sqlite"), default="mysql")
     p.add_argument("--mysql", default="root@127.0.0.1:3306", help="downstream MySQL DSN (user[:pass]@host:port)")
-    p.add_argument("--pumps", type=int, default=2)
+    p.add_argument("--pumps", type=int, default=3, help="as the playground")
     p.add_argument("--backlog-mb", type=int, default=1024, help="at least this many MiB stored by the pumps")
     p.add_argument("--txn-mb", type=int, default=64, help="size of each big transaction (MiB)")
     p.add_argument("--big-txns", type=int, default=10, help="transactions of 1 MiB rows")

@@ -51,7 +51,7 @@ DEFAULT_TXN_BATCH: Final = 20
 DEFAULT_WORKER_COUNT: Final = 16
 DEFAULT_SAFE_MODE_DURATION: Final = 300.0
 """Ours: the original forces safe mode for a fixed 5 minutes after start."""
-DEFAULT_MAX_INFLIGHT_BYTES: Final = 32 * 1024**2
+DEFAULT_MAX_INFLIGHT_BYTES: Final = 16 * 1024**2
 """Ours: memory is bounded by bytes (DESIGN §5); the original counted binlogs (cache-binlog-count = 8).  Bytes
 of decoded DMLs as Python objects (`drainer.events.dml_memory`), not of binlogs."""
 DEFAULT_IGNORE_SCHEMAS: Final = "INFORMATION_SCHEMA,PERFORMANCE_SCHEMA,mysql"

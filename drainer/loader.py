@@ -60,7 +60,7 @@ __all__ = ["ExecError", "Executor", "ExecutorFactory", "Loader"]
 
 DEFAULT_WORKER_COUNT = 16
 DEFAULT_TXN_BATCH = 20
-DEFAULT_MAX_INFLIGHT_BYTES = 32 << 20
+DEFAULT_MAX_INFLIGHT_BYTES = 16 << 20
 """Bytes of decoded DMLs (:func:`drainer.events.dml_memory`) between ``add`` and their success report."""
 EXEC_LIMIT_MULTIPLE = 3
 """Accumulate up to txn_batch * worker_count * 3 DMLs before dispatching (original: execLimitMultiple)."""

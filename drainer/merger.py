@@ -18,7 +18,9 @@ binlogs (its head included) are bounded by bytes, not counts (DESIGN §5): `put`
 source holds more than `max_bytes_per_source`, but always admits one binlog into an empty buffer
 so a binlog larger than the budget still passes, alone.  `wait_room` lets a puller wait for room
 *before* it receives the next binlog, so a source never holds more than its budget plus the one
-binlog its puller has in hand.  With `hold_until_released`, a binlog taken by `get` stays on its
+binlog its puller has in hand; and only one source at a time receives ahead of need (a receive costs
+grpcio about three times the binlog), while a source the merge waits for may always receive.  With
+`hold_until_released`, a binlog taken by `get` stays on its
 source's budget until the consumer calls `release` (the drainer's syncer does once it translated it),
 so what a source costs is bounded through translation, not just while buffered.
 """
@@ -171,6 +173,7 @@ class Merger:
         self._room = threading.Condition(self._lock)  # producers wait here
         self._buffers: dict[str, deque[MergeItem]] = {}
         self._bytes: dict[str, int] = {}  # buffered bytes per source, its head in the core included
+        self._receiving: set[str] = set()  # sources whose puller is receiving (see wait_room)
         self._closed = False
 
     # ------------------------------------------------------------------------------- sources
@@ -192,6 +195,7 @@ class Merger:
                 return
             dropped = len(self._buffers.pop(node_id)) + (self._core.remove_source(node_id) is not None)
             del self._bytes[node_id]
+            self._receiving.discard(node_id)
             self._ready.notify_all()
             self._room.notify_all()
         log.info("merge source removed node_id=%s (dropped %d buffered binlogs)", node_id, dropped)
@@ -249,21 +253,36 @@ class Merger:
             return True
 
     def wait_room(self, node_id: str, timeout: float | None = None) -> bool:
-        """Wait until ``node_id`` holds less than its budget.  A puller calls this before it receives the
-        next binlog, so a source with a large binlog buffered does not pull another one meanwhile.
-        False when `timeout` passed first or the merger is closed."""
+        """Wait until ``node_id`` may receive its next binlog, and mark it receiving until `received`.
+
+        A puller calls this before it receives, so a source with a large binlog buffered does not pull
+        another one meanwhile.  Receiving a binlog costs grpcio about three times its size for a moment,
+        so only one source at a time receives ahead of need: a source whose head the merge is waiting
+        for (no head, nothing buffered) may always receive; any other only while no other source is
+        receiving.  False when `timeout` passed first or the merger is closed."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             while True:
                 if self._closed:
                     return False
                 held = self._bytes.get(node_id)
-                if held is not None and held < self._max:
+                if held is not None and held < self._max and self._may_receive(node_id):
+                    self._receiving.add(node_id)
                     return True
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return False
                 self._room.wait(remaining)
+
+    def _may_receive(self, node_id: str) -> bool:
+        needed = self._core.head(node_id) is None and not self._buffers[node_id]
+        return needed or not (self._receiving - {node_id})
+
+    def received(self, node_id: str) -> None:
+        """The receive `wait_room` allowed is over (a binlog came, or the stream ended)."""
+        with self._lock:
+            self._receiving.discard(node_id)
+            self._room.notify_all()
 
     # ------------------------------------------------------------------------------ consumer
     def get(self, timeout: float | None = None) -> MergeItem | None:
@@ -286,6 +305,7 @@ class Merger:
             for node_id in core.needs():
                 buf = self._buffers[node_id]
                 if not buf:
+                    self._room.notify_all()  # its puller may receive now, even while another does
                     return None  # the merge waits for this source
                 core.push(buf.popleft())
             taken = core.take()

@@ -15,9 +15,10 @@ repeated across reconnects.
   the original.
 * Memory: responses arrive as raw bytes and are read in place (:mod:`drainer.wire`): the binlog's
   prewrite value stays a view of the received message, never copied.  The next binlog is received
-  only once the pump's merge buffer has room (`Merger.wait_room`), and the stream's HTTP/2 window
-  is fixed at :data:`STREAM_WINDOW_BYTES`: with grpc's default BDP probing the window grows, and a
-  pump sends the next 64 MiB binlogs into the channel's buffers while the puller waits.
+  only when `Merger.wait_room` allows it (room in the pump's merge buffer; one pump at a time
+  receives ahead of need, as a receive costs grpcio about three times the binlog), and the stream's
+  HTTP/2 window is fixed at :data:`STREAM_WINDOW_BYTES`: with grpc's default BDP probing the window
+  grows, and a pump sends the next 64 MiB binlogs into the channel's buffers while the puller waits.
 """
 
 from __future__ import annotations
@@ -215,7 +216,10 @@ class Puller:
                 self._call = call
             log.debug("pulling node_id=%s addr=%s offset=%d", self.node_id, addr, offset)
             while self._wait_room():
-                raw = next(call, None)
+                try:
+                    raw = next(call, None)
+                finally:
+                    self._merger.received(self.node_id)
                 if raw is None:
                     log.warning("pull stream of node_id=%s ended without an error; reconnecting", self.node_id)
                     return

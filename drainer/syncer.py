@@ -57,7 +57,7 @@ BARRIER_POLL: Final = 0.5
 """How often a DDL barrier waiting for the sink checks for a stop (seconds)."""
 TRIM_AFTER_BYTES: Final = 8 << 20
 """Free heap pages go back to the system after a binlog at least this large (`drainer.malloc.trim`)."""
-TXN_PART_BYTES: Final = 8 << 20
+TXN_PART_BYTES: Final = 4 << 20
 """A large transaction goes to a sink that takes parts in parts of about this many bytes of DMLs."""
 _EVENT_NAMES: Final = {DMLType.INSERT: "Insert", DMLType.UPDATE: "Update", DMLType.DELETE: "Delete"}
 

@@ -27,7 +27,7 @@ def test_defaults() -> None:
     assert (cfg.compressor, cfg.heartbeat_interval, cfg.log_level, cfg.log_file) == ("", 1.0, "info", "")
     s = cfg.syncer
     assert (s.txn_batch, s.worker_count, s.sync_ddl, s.safe_mode, s.db_type) == (20, 16, True, False, "mysql")
-    assert (s.safe_mode_duration, s.max_inflight_bytes) == (300.0, 32 << 20)
+    assert (s.safe_mode_duration, s.max_inflight_bytes) == (300.0, 16 << 20)
     assert (s.loopback_control, s.channel_id, s.sql_mode, s.case_sensitive) == (False, 0, None, False)
     assert s.ignore_schema_names == ("INFORMATION_SCHEMA", "PERFORMANCE_SCHEMA", "mysql")
     assert (s.ignore_table, s.replicate_do_db, s.replicate_do_table, s.event_filter) == ((), (), (), ())

@@ -24,6 +24,13 @@ def item(node_id: str, commit_ts: int, size: int = 10) -> MergeItem:
     )
 
 
+def valued(node_id: str, commit_ts: int, value: bytes) -> MergeItem:
+    """An item as a puller makes it: the prewrite value kept apart (a view of the received bytes)."""
+    m = item(node_id, commit_ts, size=len(value))
+    m.prewrite_value = memoryview(value)
+    return m
+
+
 def cts(m: MergeItem | None) -> int | None:
     return None if m is None else m.commit_ts
 
@@ -295,6 +302,34 @@ def test_release_is_a_no_op_without_hold() -> None:
     assert cts(merger.get(timeout=JOIN)) == 1
     merger.release("a", 60)
     assert merger.buffered_bytes("a") == 30
+
+
+def test_one_source_at_a_time_receives_ahead_of_need() -> None:
+    """A source with a head (or buffered binlogs) receives only while no other source does; a source the
+    merge waits for receives at once, and is woken when the merge starts waiting for it."""
+    merger = Merger(0, max_bytes_per_source=100)
+    for s in "abc":
+        merger.add_source(s)
+    for s, ts in (("a", 1), ("b", 2), ("c", 3)):
+        assert merger.put(item(s, ts), timeout=0)
+    assert merger.wait_room("a", timeout=0)  # a receives ahead of need (it has a head)
+    assert not merger.wait_room("b", timeout=0.02)  # so b may not, though it has room
+    merger.received("a")
+    assert merger.wait_room("b", timeout=0)
+    woke: list[bool] = []
+    t = threading.Thread(target=lambda: woke.append(merger.wait_room("a", timeout=JOIN)))
+    t.start()
+    time.sleep(0.05)
+    assert woke == []  # b receives; a has a head
+    assert cts(merger.get(timeout=JOIN)) == 1  # a's head goes; the merge now waits for a
+    assert merger.get(timeout=0) is None
+    t.join(JOIN)
+    assert woke == [True]  # needed: it receives while b does
+    merger.received("a")
+    merger.received("b")
+    assert merger.wait_room("c", timeout=0)
+    merger.remove_source("c")  # a removed source stops receiving
+    assert merger.wait_room("b", timeout=0)
 
 
 def test_merger_budget_is_per_source() -> None:
