@@ -3,6 +3,14 @@
 `run_daemon` is the whole body of a daemon's `main` after its config is parsed: log set-up,
 warnings for ignored keys, SIGTERM / SIGINT -> `app.request_pause()`, `start()` (a failure is
 one line on stderr and exit status 1), then `run()` whose result is the exit status.
+
+systemd (Type=notify, common/sdnotify.py): READY=1 goes out once `start()` has returned, and
+`start()` returns only after the gRPC and HTTP servers listen and the node is registered, so a
+unit ordered after this one finds it serving.  STOPPING=1 goes out when SIGTERM / SIGINT begins
+the shutdown.  WATCHDOG=1 pings run from before start-up until the process ends (the pump's
+offline wait and the drainer's final flush can take long; systemd must not kill them for it).
+A stop asked for through the HTTP API (`PUT /state/<id>/close`) is seen by systemd as the main
+process exiting with status 0.
 """
 
 from __future__ import annotations
@@ -16,8 +24,9 @@ from typing import Protocol, TypeVar
 
 from common.cli import fail
 from common.config import dump
-from common.errors import BinlogError, UnavailableError
+from common.errors import BinlogError, ConfigError, UnavailableError
 from common.logsetup import setup_logging
+from common.sdnotify import Notifier
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -29,6 +38,15 @@ class DaemonConfig(Protocol):
 
     @property
     def log_file(self) -> str: ...
+
+    @property
+    def log_format(self) -> str: ...
+
+    @property
+    def log_file_max_size(self) -> int: ...
+
+    @property
+    def log_file_max_backups(self) -> int: ...
 
     def check_supported(self) -> None: ...
 
@@ -43,28 +61,68 @@ class DaemonApp(Protocol):
     def request_pause(self) -> None: ...
 
 
-def run_daemon(prog: str, cfg: DaemonConfig, print_config: bool, make_app: Callable[[], DaemonApp]) -> int:
+def run_daemon(
+    prog: str,
+    cfg: DaemonConfig,
+    print_config: bool,
+    make_app: Callable[[], DaemonApp],
+    *,
+    notifier: Notifier | None = None,
+) -> int:
+    """Run one daemon to its end; `notifier` defaults to the one NOTIFY_SOCKET names (tests pass theirs)."""
     if print_config:
         sys.stdout.write(dump(cfg))
         return 0
     cfg.check_supported()
-    setup_logging(cfg.log_level, cfg.log_file)
+    setup_daemon_logging(cfg)
     for warning in cfg.ignored_keys():
         log.warning("%s", warning)
-    app = make_app()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        log.info("received %s: pausing", signal.Signals(signum).name)
-        app.request_pause()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    systemd = notifier if notifier is not None else Notifier()
+    watchdog = systemd.start_watchdog()
+    stopping = False
     try:
-        app.start()
-    except (BinlogError, OSError) as exc:
-        log.error("%s failed to start: %s", prog, exc)
-        return fail(prog, str(exc), status=1)
-    return app.run()
+        app = make_app()
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            nonlocal stopping
+            name = signal.Signals(signum).name
+            log.info("received %s: pausing", name)
+            stopping = True
+            systemd.stopping(f"{prog}: {name} received, shutting down")
+            app.request_pause()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        try:
+            app.start()
+        except (BinlogError, OSError) as exc:
+            log.error("%s failed to start: %s", prog, exc)
+            return fail(prog, str(exc), status=1)
+        if not stopping:  # a signal during start-up already said STOPPING: READY would contradict it
+            systemd.ready(f"{prog}: serving")
+        return app.run()
+    finally:
+        if watchdog is not None:
+            watchdog.stop()
+        systemd.close()
+
+
+def setup_daemon_logging(cfg: DaemonConfig) -> None:
+    """Logging as `cfg` says; ConfigError naming `log-file` when that file cannot be opened."""
+    try:
+        setup_logging(
+            cfg.log_level,
+            cfg.log_file,
+            log_format=cfg.log_format,
+            max_size_mib=cfg.log_file_max_size,
+            max_backups=cfg.log_file_max_backups,
+        )
+    except OSError as exc:
+        raise ConfigError(
+            f"invalid value for 'log-file': cannot open {cfg.log_file!r}: {exc.strerror or exc}"
+        ) from None
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def need(component: T | None, what: str = "the node") -> T:

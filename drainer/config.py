@@ -6,6 +6,7 @@ Keys are the original `drainer.toml` ones (`[syncer]` lives in `config_syncer`),
     heartbeat-interval       status updates in etcd (original: fixed 1 s)
     [syncer] safe-mode-duration, max-inflight-bytes, [[syncer.event-filter]], db-type = "sqlite",
     [syncer.to] path
+    log-format, log-file-max-size, log-file-max-backups   text / json lines, size rotation (common/logsetup.py)
 
 `[syncer.to]` host / user / password / port that no file, DRAINER_* variable or flag sets come from
 MYSQL_HOST / MYSQL_USER / MYSQL_PSWD / MYSQL_PORT, as in the original; always load a `DrainerConfig`
@@ -34,8 +35,10 @@ from common.config.node import NodeAddress, SecurityConfig
 from common.config.node import validate_etcd_urls as _etcd_urls
 from common.config.node import validate_host_port as _host_port
 from common.errors import ConfigError
+from common.logsetup import DEFAULT_LOG_FORMAT, DEFAULT_MAX_BACKUPS, DEFAULT_MAX_SIZE_MIB, LogFormat
 from drainer.config_syncer import (
     KAFKA_KEYS,
+    RELAY_DB_TYPES,
     SQLITE_DOWNSTREAM_NAME,
     UNSUPPORTED_DB_TYPES,
     CheckpointConfig,
@@ -129,6 +132,14 @@ class DrainerConfig(NodeAddress):
     )
     log_level: LogLevel = field(default=DEFAULT_LOG_LEVEL, metadata={"help": "log level", "aliases": ("-L",)})
     log_file: str = field(default="", metadata={"help": "log file (default: stderr)"})
+    log_format: LogFormat = field(default=DEFAULT_LOG_FORMAT, metadata={"help": "text, or json: one object per line"})
+    log_file_max_size: int = field(
+        default=DEFAULT_MAX_SIZE_MIB,
+        metadata={"help": "rotate log-file at this many MiB (0 = never)", "validate": at_least(0)},
+    )
+    log_file_max_backups: int = field(
+        default=DEFAULT_MAX_BACKUPS, metadata={"help": "rotated log files kept", "validate": at_least(1)}
+    )
     metrics_addr: str | None = field(default=None, metadata={"help": "ignored: no Prometheus push"})
     metrics_interval: int | None = field(default=None, metadata={"help": "ignored: no Prometheus push"})
     cache_binlog_count: int | None = field(default=None, metadata={"help": "ignored: use [syncer] max-inflight-bytes"})
@@ -147,6 +158,11 @@ class DrainerConfig(NodeAddress):
     def sqlite_path(self) -> Path:
         """The sqlite sink database: `[syncer.to] path`, else <data-dir>/downstream.db."""
         return Path(self.syncer.to.path) if self.syncer.to.path else self.data_dir / SQLITE_DOWNSTREAM_NAME
+
+    @property
+    def relay_dir(self) -> Path:
+        """`[syncer.relay] log-dir`, relative to the working directory as given."""
+        return Path(self.syncer.relay.log_dir)
 
     @property
     def relay_enabled(self) -> bool:
@@ -193,9 +209,10 @@ class DrainerConfig(NodeAddress):
             )
         if s.loopback_control:
             raise ConfigError("'syncer.loopback-control' is not supported yet; set it to false")
-        if s.relay.log_dir:
+        if s.relay.log_dir and s.db_type not in RELAY_DB_TYPES:
             raise ConfigError(
-                "'syncer.relay.log-dir' is set, but the relay log is not supported yet; remove it to run without one"
+                f"'syncer.relay.log-dir' is set, but the relay log applies only to db-type mysql, tidb or sqlite, "
+                f"not {s.db_type!r}; remove it or change db-type"
             )
         if s.to.sync_mode != 1:
             raise ConfigError(f"'syncer.to.sync-mode' = {s.to.sync_mode} is not supported; only 1 (full columns) is")

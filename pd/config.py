@@ -8,6 +8,7 @@ from typing import Literal
 from common.config import Duration
 from common.errors import ConfigError
 from common.etcd import parse_endpoints
+from common.logsetup import DEFAULT_LOG_FORMAT, LogFormat
 from pd.server import DEFAULT_CAMPAIGN_TIMEOUT, DEFAULT_LEASE_TTL, split_host_port
 
 DEFAULT_PD_URLS = "http://127.0.0.1:2379"
@@ -25,6 +26,7 @@ class PDConfig:
     )
     etcd_retry: Duration = field(default=10.0, metadata={"help": "seconds to retry etcd before giving up"})
     log_level: Literal["debug", "info", "warning", "error"] = field(default="info", metadata={"help": "log level"})
+    log_format: LogFormat = field(default=DEFAULT_LOG_FORMAT, metadata={"help": "text, or json: one object per line"})
 
     def validate(self) -> None:
         parse_endpoints(self.pd_urls)

@@ -5,6 +5,9 @@
 Config: defaults < `--config pd.toml` < PD_* environment < flags.  A bad
 value or an unreachable etcd exits with status 2 and one line on stderr.
 SIGTERM / SIGINT stop the server and give up the leader key.
+
+Under systemd (Type=notify): READY=1 once the gRPC port serves and this server holds /pd/leader,
+STOPPING=1 when a signal begins the stop, WATCHDOG=1 pings when WatchdogSec is set (common/sdnotify.py).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from common.config import ArgumentParser, add_flags, dump, load_args, run_comman
 from common.errors import ConfigError, EtcdUnavailableError, UnavailableError
 from common.etcd import EtcdClient
 from common.logsetup import setup_logging
+from common.sdnotify import Notifier
 from pd.config import PDConfig
 from pd.server import PDServer
 
@@ -40,12 +44,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.print_config:
         sys.stdout.write(dump(cfg))
         return 0
-    setup_logging(cfg.log_level)
+    setup_logging(cfg.log_level, log_format=cfg.log_format)
+    systemd = Notifier()
+    watchdog = systemd.start_watchdog()
+    try:
+        return _serve(cfg, systemd)
+    finally:
+        if watchdog is not None:
+            watchdog.stop()
+        systemd.close()
 
+
+def _serve(cfg: PDConfig, systemd: Notifier) -> int:
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
-        log.info("received %s", signal.Signals(signum).name)
+        name = signal.Signals(signum).name
+        log.info("received %s", name)
+        systemd.stopping(f"pd-server: {name} received, shutting down")
         stop.set()
 
     signal.signal(signal.SIGTERM, on_signal)
@@ -70,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         server.close()
         etcd.close()
         return fail("pd-server", str(exc), status=1)
+    if not stop.is_set():  # a signal during start-up already said STOPPING
+        systemd.ready(f"pd-server: serving cluster {server.cluster_id} at {server.advertise}")
     try:
         stop.wait()
     finally:

@@ -10,6 +10,7 @@ Keys are the original `pump.toml` ones, plus a few of ours:
     [upstream] txn-status-dsn
     gen-binlog-pull-interval while a drainer is pulling, the idle gap after which a fake binlog is
                              written (default 0.25 s; 0 = off: only `gen-binlog-interval`, as the original)
+    log-format, log-file-max-size, log-file-max-backups   text / json lines, size rotation (common/logsetup.py)
 
 `gc` keeps the original's two spellings: a plain number is a number of DAYS (`gc = 7`, `PUMP_GC=7`,
 `--gc 7`) and a string with a unit is a duration (`gc = "8h"`).  The config framework knows only
@@ -41,6 +42,7 @@ from common.config import (
     ByteSize,
     Duration,
     add_flags,
+    at_least,
     env_name,
     flags_from_args,
     load,
@@ -51,6 +53,7 @@ from common.config.node import NodeAddress, SecurityConfig
 from common.config.node import validate_etcd_urls as _etcd_urls
 from common.config.node import validate_host_port as _host_port
 from common.errors import ConfigError
+from common.logsetup import DEFAULT_LOG_FORMAT, DEFAULT_MAX_BACKUPS, DEFAULT_MAX_SIZE_MIB, LogFormat
 from pump.storage.api import (
     DEFAULT_KV_CHAN_CAP,
     DEFAULT_MAX_TXN_TIMEOUT,
@@ -215,6 +218,14 @@ class PumpConfig(NodeAddress):
     )
     log_level: LogLevel = field(default=DEFAULT_LOG_LEVEL, metadata={"help": "log level", "aliases": ("-L",)})
     log_file: str = field(default="", metadata={"help": "log file (default: stderr)"})
+    log_format: LogFormat = field(default=DEFAULT_LOG_FORMAT, metadata={"help": "text, or json: one object per line"})
+    log_file_max_size: int = field(
+        default=DEFAULT_MAX_SIZE_MIB,
+        metadata={"help": "rotate log-file at this many MiB (0 = never)", "validate": at_least(0)},
+    )
+    log_file_max_backups: int = field(
+        default=DEFAULT_MAX_BACKUPS, metadata={"help": "rotated log files kept", "validate": at_least(1)}
+    )
     node_id: str = field(default="", metadata={"help": "node id (default: <data-dir>/.node, else hostname:port)"})
     max_message_size: ByteSize = field(
         default=DEFAULT_MAX_MESSAGE_SIZE,
