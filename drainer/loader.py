@@ -551,3 +551,7 @@ class LoaderSink(Sink):
 
     def set_safe_mode(self, on: bool) -> None:
         self.loader.set_safe_mode(on)
+
+    @property
+    def inflight_bytes(self) -> int:
+        return self.loader.inflight_bytes

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -36,6 +36,9 @@ from common.pb import pump_pb2
 from drainer.malloc import trim
 from drainer.merger import MergeItem, Merger
 from drainer.wire import pull_entity, split_binlog
+
+if TYPE_CHECKING:
+    from drainer.metrics import DrainerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +79,7 @@ class Puller:
         on_error: Callable[[BaseException], None] | None = None,
         reconnect_interval: float = DEFAULT_RECONNECT_INTERVAL,
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+        metrics: DrainerMetrics | None = None,
     ) -> None:
         if compressor not in COMPRESSORS:
             raise ValueError(f"unknown compressor {compressor!r}: use one of {sorted(COMPRESSORS)}")
@@ -96,6 +100,7 @@ class Puller:
         self._call: Any = None  # the live PullBinlogs call (a grpc.Call and iterator)
         self._thread: threading.Thread | None = None
         self._failures = 0
+        self._metrics = None if metrics is None else metrics.source(node_id)  # pull latency, binlog size
 
     # ---------------------------------------------------------------------------- lifecycle
     def start(self) -> None:
@@ -280,6 +285,8 @@ class Puller:
             ) from exc
         del payload
         commit_ts = binlog.commit_ts
+        if self._metrics is not None:
+            self._metrics.received(commit_ts, size)
         if self._failures:
             log.info("pull stream of node_id=%s is back after %d failures", self.node_id, self._failures)
             self._failures = 0

@@ -37,7 +37,7 @@ from typing import Final
 from common.errors import BinlogError
 from common.pb import binlog_pb2
 from drainer.checkpoint import Checkpoint
-from drainer.events import DDL, DML, DMLType, Txn, dml_memory
+from drainer.events import DDL, DML, Txn, dml_memory
 from drainer.filters import Filter
 from drainer.malloc import trim
 from drainer.merger import MergeItem, Merger
@@ -59,7 +59,6 @@ TRIM_AFTER_BYTES: Final = 8 << 20
 """Free heap pages go back to the system after a binlog at least this large (`drainer.malloc.trim`)."""
 TXN_PART_BYTES: Final = 4 << 20
 """A large transaction goes to a sink that takes parts in parts of about this many bytes of DMLs."""
-_EVENT_NAMES: Final = {DMLType.INSERT: "Insert", DMLType.UPDATE: "Update", DMLType.DELETE: "Delete"}
 
 
 class SyncerError(BinlogError):
@@ -317,11 +316,7 @@ class Syncer:
                 self._pending.append(_Pending(txn.commit_ts, self._added_version, has_data))
                 self._data_pending += has_data
         if self.metrics is not None:
-            ev = self.metrics.event
-            for d in txn.dmls:
-                ev.labels(_EVENT_NAMES[d.tp]).inc()
-            if is_ddl:
-                ev.labels("DDL").inc()
+            self.metrics.count_events(txn.dmls, is_ddl)
         if txn.ddl is None:
             self.sink.add(txn)
             return

@@ -3,18 +3,21 @@
 Memory stays bounded: each file is read in chunks of `chunk_size` bytes (a record longer than a
 chunk is completed with one extra read of exactly the missing bytes).  Damage never stops the
 reader: a bad magic, a CRC mismatch, an impossible length or a torn record inside a non-last file is
-skipped up to the next magic, counted in `ReadStats` and logged.  A torn record at the end of the
-last file is where a crashed writer stopped: it is EOF, not an error.
+skipped up to the next magic, counted in `ReadStats` and `binlog_binlogfile_corruption_binlog_count`
+(`metrics.py`), and logged.  A torn record at the end of the last file is where a crashed writer
+stopped: it is EOF, not an error.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO, Final
 
+from common.binlogfile.metrics import METRICS
 from common.binlogfile.names import Position, list_binlog_files
 from common.binlogfile.record import DEFAULT_MAX_PAYLOAD, Corruption, DecodeEvent, Record, RecordDecoder, TornTail
 from common.errors import StorageError
@@ -97,6 +100,7 @@ def iter_records(
         first = ids.index(start_index)
     last = len(files) - 1
     new_tuple = tuple.__new__
+    read_duration, clock = METRICS.read_duration, time.perf_counter
     for i in range(first, len(files)):
         entry = files[i]
         fid = entry.index
@@ -112,7 +116,9 @@ def iter_records(
                 raise StorageError(f"start offset {begin} is beyond the end ({size}) of binlog file {path!r}")
             st.files += 1
             log.debug("reading binlog file fid=%d offset=%d size=%d file=%s", fid, begin, size, path)
+            began = clock()
             for events in scan_file(f, begin, size, chunk_size=chunk_size, max_payload=max_payload):
+                read_duration.observe(clock() - began)  # the chunk's read and decode, not the consumer
                 for ev in events:
                     if isinstance(ev, Record):
                         st.records += 1
@@ -120,6 +126,7 @@ def iter_records(
                         yield new_tuple(Position, (fid, ev[0])), ev[1]
                     else:
                         _report_damage(ev, st, fid, path, is_last_file=i == last)
+                began = clock()
 
 
 def _report_damage(ev: Corruption | TornTail, st: ReadStats, fid: int, path: str, *, is_last_file: bool) -> None:
@@ -135,6 +142,7 @@ def _report_damage(ev: Corruption | TornTail, st: ReadStats, fid: int, path: str
         return
     st.skipped_records += 1
     st.skipped_bytes += ev.length
+    METRICS.corruption.inc()
     log.warning(
         "skipped corrupt binlog data fid=%d offset=%d length=%d reason=%s file=%s",
         fid,

@@ -8,6 +8,9 @@ locked with `flock` on `<dir>/.lock` while the writer is open; files are created
 
 Not meant for concurrent writers: one instance owns the directory, and its methods serialise on an
 internal lock (so `delete_before` may run from a GC thread).
+
+Metrics (`metrics.py`): each record's payload size, the time of each write call (with its fdatasync
+when `sync`), and corrupt spans found in a reopened last file.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Final
 
 import crc32c
 
+from common.binlogfile.metrics import METRICS
 from common.binlogfile.names import Position, format_name, list_binlog_files
 from common.binlogfile.reader import scan_file
 from common.binlogfile.record import MAGIC, Corruption, Record
@@ -138,6 +142,7 @@ class BinlogFileWriter:
                         if isinstance(ev, Record):
                             good_end = ev.end
                         elif isinstance(ev, Corruption):
+                            METRICS.corruption.inc()
                             log.warning(
                                 "corrupt data in reopened binlog file fid=%d offset=%d length=%d reason=%s",
                                 index,
@@ -196,20 +201,24 @@ class BinlogFileWriter:
         parts: list[bytes] = []
         append = parts.append
         pack, pack_crc = _HEADER.pack, _CRC.pack
+        observe_size = METRICS.write_size.observe
         for p in payloads:
             append(pack(MAGIC, len(p)))
             append(p)
             append(pack_crc(crc32c.crc32c(p)))
+            observe_size(len(p))
         data = b"".join(parts)
         with self._mu:
             self._check_open()
             pos = Position(self._index, self._offset)
             if not data:
                 return pos
+            began = time.perf_counter()
             self._write_all(data)
             self._offset += len(data)
             if self._sync:
                 self._fsync_locked()
+            METRICS.write_duration.observe(time.perf_counter() - began)
             if self._offset >= self._max_file_size:
                 self._rotate_locked()
             return pos

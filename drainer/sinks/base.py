@@ -16,12 +16,16 @@ Contract, for every implementation:
 * A sink whose ``takes_parts`` is true may get a large transaction as several txns with one
   ``commit_ts``, all but the last with ``partial`` set; it reports that ``commit_ts`` once, when
   every part is applied.  Other sinks get every transaction whole.
+* ``set_observer(observer)`` before ``start``: the SQL sinks report the time of every downstream
+  transaction and query to it (:class:`SinkObserver`, the drainer's metrics); ``inflight_bytes``
+  is what the sink's byte budget holds right now (read at scrape time).
 """
 
 from __future__ import annotations
 
 import abc
 from collections.abc import Callable
+from typing import Protocol
 
 from common.errors import BinlogError
 from drainer.events import Txn
@@ -33,10 +37,38 @@ class SinkError(BinlogError):
     """The sink cannot go on; the message names the commit_ts and the cause."""
 
 
+class SinkObserver(Protocol):
+    """Where a sink reports its downstream timings (`drainer.metrics.SinkMetrics`).  Every method must be
+    cheap (it runs once per downstream query) and must not raise."""
+
+    def executed(self, seconds: float) -> None:
+        """One downstream transaction (a chunk of DMLs, or a DDL) done, retries not included."""
+
+    def query_exec(self, seconds: float) -> None:
+        """One query round trip (statements; for MySQL the last one of a chunk carries its COMMIT)."""
+
+    def query_commit(self, seconds: float) -> None:
+        """One separate COMMIT."""
+
+
+class NullSinkObserver:
+    """A SinkObserver that records nothing (a sink's default)."""
+
+    def executed(self, seconds: float) -> None:
+        pass
+
+    def query_exec(self, seconds: float) -> None:
+        pass
+
+    def query_commit(self, seconds: float) -> None:
+        pass
+
+
 class Sink(abc.ABC):
     name = "sink"
     safe_mode_aware = False
     """True when the sink honours ``set_safe_mode`` (SQL sinks)."""
+    observer: SinkObserver = NullSinkObserver()
 
     @abc.abstractmethod
     def start(self, on_success: OnSuccess) -> None: ...
@@ -60,3 +92,12 @@ class Sink(abc.ABC):
 
     def set_safe_mode(self, on: bool) -> None:  # noqa: B027 - optional hook
         """Switch REPLACE / DELETE+REPLACE rendering on or off (SQL sinks only)."""
+
+    def set_observer(self, observer: SinkObserver) -> None:
+        """Report downstream timings to `observer` from now on (call it before `start`)."""
+        self.observer = observer
+
+    @property
+    def inflight_bytes(self) -> int:
+        """Bytes the sink's budget holds right now: added and not yet reported (0 if it does not count)."""
+        return 0

@@ -270,6 +270,11 @@ class FileSink(Sink):
     def directory(self) -> str:
         return self._dir
 
+    @property
+    def inflight_bytes(self) -> int:
+        """Bytes of encoded records queued and not yet written and fsynced."""
+        return self._inflight
+
     def start(self, on_success: OnSuccess) -> None:
         with self._cv:
             if self._thread is not None or self._closing:

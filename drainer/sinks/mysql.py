@@ -26,6 +26,7 @@ import contextlib
 import datetime as dt
 import logging
 import re
+import time
 import zoneinfo
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -45,7 +46,7 @@ from drainer.loader import (
     Loader,
     LoaderSink,
 )
-from drainer.sinks.base import SinkError
+from drainer.sinks.base import SinkError, SinkObserver
 from drainer.sql import Renderer
 
 log = logging.getLogger(__name__)
@@ -116,8 +117,9 @@ def _close(cur: pymysql.cursors.Cursor) -> None:
 class _MySQLExecutor:
     """One worker's connection: renders, sends and commits chunks; runs DDL."""
 
-    def __init__(self, connect: Callable[[], Connection], tz: dt.tzinfo | None) -> None:
+    def __init__(self, connect: Callable[[], Connection], tz: dt.tzinfo | None, observer: SinkObserver) -> None:
         self._connect = connect
+        self._observer = observer
         self._conn: Connection | None = None
         self._renderer = Renderer("mysql", tz=tz)
         self._max_query = 1 << 20
@@ -163,6 +165,7 @@ class _MySQLExecutor:
         return ExecError(f"{what}: {_describe(exc)}", retriable=code in RETRIABLE_ERRORS)
 
     def execute_dmls(self, dmls: Sequence[DML], safe_mode: bool) -> None:
+        started = time.perf_counter()
         stmts = self._renderer.render(dmls, safe_mode)
         try:
             conn = self._connection()
@@ -199,6 +202,7 @@ class _MySQLExecutor:
             raise self._error(exc, f"statement {done + 1} of {total} {bad!r}") from exc
         finally:
             _close(cur)
+        self._observer.executed(time.perf_counter() - started)
 
     def _send(self, cur: pymysql.cursors.Cursor, texts: list[str], first: int, total: int) -> None:
         """Run ``texts`` (statements ``first``.. of the chunk) as one query; ``_sent`` counts the ones done.
@@ -215,11 +219,13 @@ class _MySQLExecutor:
                 retriable=False,
             )
         self._sent = 0
+        started = time.perf_counter()
         cur.execute(data)  # type: ignore[call-overload]  # bytes go out as they are
         del data
         self._sent += 1
         while cur.nextset():
             self._sent += 1
+        self._observer.query_exec(time.perf_counter() - started)
 
     def execute_ddl(self, ddl: DDL, commit_ts: int) -> None:
         try:
@@ -227,13 +233,19 @@ class _MySQLExecutor:
         except pymysql.err.Error as exc:
             raise self._error(exc, "connect") from exc
         cur = conn.cursor()
+        observer, clock = self._observer, time.perf_counter
+        started = clock()
         try:
             if ddl.db and ddl.job.type != JobType.CREATE_SCHEMA:
                 cur.execute("USE " + "`" + ddl.db.replace("`", "``") + "`")
             cur.execute(ddl.query)
             while cur.nextset():
                 pass
+            executed = clock()
+            observer.query_exec(executed - started)
             conn.commit()
+            observer.query_commit(clock() - executed)
+            observer.executed(clock() - started)
             log.info("executed DDL commit_ts=%d db=%s query=%r", commit_ts, ddl.db, ddl.query)
         except pymysql.err.Error as exc:
             if _code(exc) in IGNORABLE_DDL_ERRORS:
@@ -339,7 +351,7 @@ class MySQLSink(LoaderSink):
 
     def _executor(self, index: int) -> Executor:
         try:
-            return _MySQLExecutor(self.connect, self.tz)
+            return _MySQLExecutor(self.connect, self.tz, self.observer)
         except pymysql.err.Error as exc:
             raise SinkError(f"mysql sink: cannot connect to {self.where}: {_describe(exc)}") from exc
 

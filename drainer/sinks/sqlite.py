@@ -17,12 +17,13 @@ from __future__ import annotations
 import logging
 import re
 import sqlite3
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from drainer.events import DDL, DML
 from drainer.loader import DEFAULT_MAX_INFLIGHT_BYTES, DEFAULT_TXN_BATCH, ExecError, Executor, Loader, LoaderSink
-from drainer.sinks.base import SinkError
+from drainer.sinks.base import SinkError, SinkObserver
 from drainer.sql import Renderer
 from upstream.store.sqlite import SqliteDialect
 
@@ -50,8 +51,9 @@ def connect(path: Path) -> sqlite3.Connection:
 
 
 class _SqliteExecutor:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, observer: SinkObserver) -> None:
         self._conn = connect(path)
+        self._observer = observer
         self._renderer = Renderer("sqlite")
         self._dialect = SqliteDialect()
 
@@ -59,11 +61,17 @@ class _SqliteExecutor:
         """Run statements in one write transaction; the cursor is closed whatever happens."""
         conn = self._conn
         cur = conn.cursor()
+        observer, clock = self._observer, time.perf_counter
+        started = clock()
         try:
             cur.execute("BEGIN IMMEDIATE")
             for sql, params in statements:
                 cur.execute(sql, params)
+            executed = clock()
+            observer.query_exec(executed - started)
             cur.execute("COMMIT")
+            observer.query_commit(clock() - executed)
+            observer.executed(clock() - started)
         except BaseException:
             if conn.in_transaction:
                 conn.rollback()
@@ -122,6 +130,6 @@ class SqliteSink(LoaderSink):
     def _executor(self, index: int) -> Executor:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            return _SqliteExecutor(self.path)
+            return _SqliteExecutor(self.path, self.observer)
         except (OSError, sqlite3.Error) as exc:
             raise SinkError(f"sqlite sink: cannot open {self.path}: {exc}") from exc

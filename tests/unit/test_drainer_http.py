@@ -211,6 +211,12 @@ def test_metrics(api: tuple[Backend, StatusServer]) -> None:
         "binlog_drainer_error_count_total": "counter",
         "binlog_drainer_disorder_binlog_count_total": "counter",
         "binlog_drainer_queue_size": "gauge",
+        "binlog_drainer_execute_duration_time": "histogram",
+        "binlog_drainer_query_duration_time": "histogram",
+        "binlog_drainer_binlog_reach_duration_time": "histogram",
+        "binlog_drainer_read_binlog_size": "histogram",
+        "binlog_drainer_merger_buffered_bytes": "gauge",
+        "binlog_drainer_loader_inflight_bytes": "gauge",
     }
 
 
