@@ -159,7 +159,7 @@ class PumpApp:
         log.info("pump node_id=%s cluster_id=%d data_dir=%s", node_id, self.cluster_id, cfg.data_dir)
 
         self.resolver = self._resolver_factory(cfg)
-        self.metrics = PumpMetrics(self._storage_status_for_metrics)
+        self.metrics = PumpMetrics(self._storage_status_for_metrics, self._inflight_write_bytes)
         if self._storage_factory is not None:
             storage = self._storage_factory(cfg.data_dir, cfg.storage_options(), self.resolver)
         else:
@@ -221,6 +221,10 @@ class PumpApp:
     def _storage_status_for_metrics(self) -> StorageStatus | None:
         storage = self.storage
         return None if storage is None else storage.status()
+
+    def _inflight_write_bytes(self) -> int:
+        service = self.service
+        return 0 if service is None else service.inflight_write_bytes
 
     # -------------------------------------------------------------------------------------- run
     def run(self) -> int:

@@ -5,15 +5,33 @@ OpenMetrics rule; Go's client does not add the suffix), so `binlog_pump_loss_bin
 `binlog_pump_loss_binlog_count_total`.  `binlog_pump_detected_drainer_binlog_purge_count{id}` is
 registered here (the original defined but never registered it).
 
-`binlog_pump_background_error_count{loop}` (ours) counts unexpected errors in the background loops.
+    binlog_pump_rpc_duration_seconds{method=WriteBinlog|PullBinlogs, label=succ|fail}
+                                                                   histogram exp(0.00005, 2, 18): a WriteBinlog
+                                                                   call (probes included), a whole PullBinlogs
+                                                                   stream (observed when it ends)
+    binlog_pump_loss_binlog_count                                  counter: failed WriteBinlog calls
+
+Ours (what the original lacked):
+
+    binlog_pump_background_error_count{loop}                       counter: unexpected errors in the
+                                                                   background loops
+    binlog_pump_rpc_inflight_write_bytes                           gauge: WriteBinlog payload bytes between
+                                                                   arrival and the storage's return (what
+                                                                   `max-inflight-write-bytes` bounds)
+    binlog_pump_storage_write_queue_bytes                          gauge: bytes of binlogs queued for the
+                                                                   value-log writer (what the storage's write
+                                                                   queue budget bounds); both read at scrape
 
 `StorageMetrics` is the storage's `StorageObserver` (pump/storage/api.py) on the same registry:
 
     binlog_pump_storage_error_count{type}                          counter
-    binlog_pump_storage_write_binlog_size{type=batch}              histogram exp(16, 2, 25)
-    binlog_pump_storage_write_binlog_duration_time{type=batch|to_disk|fsync|rotate}
+    binlog_pump_storage_write_binlog_size{type=single|batch}       histogram exp(16, 2, 25)
+    binlog_pump_storage_write_binlog_duration_time{type=single|batch|to_disk|fsync|rotate}
                                                                    histogram exp(0.00005, 2, 20)
-                                                                   (batch = to_disk + fsync)
+                                                                   (batch = to_disk + fsync; single = one
+                                                                   binlog from its hand-over to the storage
+                                                                   until it is durable, observed by the
+                                                                   server per stored binlog, probes excluded)
     binlog_pump_storage_slow_chaser_count{type}                    counter
     binlog_pump_storage_slow_chaser_catchup_time_seconds           histogram exp(0.001, 2, 22)
     binlog_pump_storage_query_tikv_count                           counter (txn-status store lookups)
@@ -27,9 +45,15 @@ The catch-up histogram is registered as `binlog_pump_storage_slow_chaser_catchup
 the original registered it under the drainer subsystem by mistake, as
 `binlog_drainer_slow_chaser_catchup_time_seconds`, although only the pump records it.
 
+`query_tikv_count` keeps the original's name: there is no TiKV here, it counts the commit resolver's
+questions to the upstream's txn-status store (DESIGN §4), the same role.
+
 The storage gauges `binlog_pump_storage_max_commit_ts`, `binlog_pump_storage_gc_ts` (physical ms of the
-TSO, as the original) and `binlog_pump_storage_storage_size_bytes{type=capacity|available}` are read
-from `PumpStorage.status()` at scrape time.
+TSO, as the original), `binlog_pump_storage_storage_size_bytes{type=capacity|available}` and
+`binlog_pump_storage_write_queue_bytes` are read from `PumpStorage.status()` at scrape time.
+
+The write path stays cheap: every child it touches is bound once here (no label lookup per binlog), an
+observation takes no lock of ours, and the gauges cost nothing until scraped.
 """
 
 from __future__ import annotations
@@ -97,12 +121,36 @@ class _StorageCollector(Collector):
         size.add_metric(["capacity"], st.capacity_bytes)
         size.add_metric(["available"], st.available_bytes)
         yield size
+        yield GaugeMetricFamily(
+            "binlog_pump_storage_write_queue_bytes",
+            "bytes of binlogs queued for the value-log writer (ours)",
+            st.write_queue_bytes,
+        )
+
+
+class _InflightCollector(Collector):
+    """The server's WriteBinlog bytes in flight, read when scraped."""
+
+    def __init__(self, inflight: Callable[[], int]) -> None:
+        self._inflight = inflight
+
+    def collect(self) -> Iterable[Metric]:
+        g = GaugeMetricFamily("binlog_pump_rpc_inflight_write_bytes", "WriteBinlog payload bytes in flight (ours)")
+        try:
+            g.add_metric([], self._inflight())
+        except Exception as exc:  # a scrape must never fail because the server is closing
+            log.debug("in-flight write bytes unavailable for metrics: %s", exc)
+        yield g
 
 
 class PumpMetrics:
     """The pump server's metrics; `render()` gives the text for GET /metrics."""
 
-    def __init__(self, storage_status: Callable[[], StorageStatus | None] | None = None) -> None:
+    def __init__(
+        self,
+        storage_status: Callable[[], StorageStatus | None] | None = None,
+        inflight_write_bytes: Callable[[], int] | None = None,
+    ) -> None:
         self.registry = CollectorRegistry()
         self.rpc_duration = Histogram(
             "binlog_pump_rpc_duration_seconds",
@@ -125,14 +173,22 @@ class PumpMetrics:
             registry=self.registry,
         )
         self.storage = StorageMetrics(self.registry)
+        self._rpc = {
+            (method, ok): self.rpc_duration.labels(method=method, label=SUCC if ok else FAIL)
+            for method in (WRITE_BINLOG, PULL_BINLOGS)
+            for ok in (True, False)
+        }
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         GCCollector(registry=self.registry)
         if storage_status is not None:
             self.registry.register(_StorageCollector(storage_status))
+        if inflight_write_bytes is not None:
+            self.registry.register(_InflightCollector(inflight_write_bytes))
 
     def observe_rpc(self, method: str, ok: bool, seconds: float) -> None:
-        self.rpc_duration.labels(method=method, label=SUCC if ok else FAIL).observe(seconds)
+        """One RPC of `method` (WRITE_BINLOG or PULL_BINLOGS) took `seconds`."""
+        self._rpc[method, ok].observe(seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -181,20 +237,36 @@ class StorageMetrics:
             "binlog_pump_storage_deleted_kv_total", "Total number of index entries deleted by gc", registry=registry
         )
         self.write_latency = LatencyEWMA()
+        size, duration = self.write_binlog_size, self.write_binlog_duration
+        self._single_size = size.labels(type="single")
+        self._batch_size = size.labels(type="batch")
+        self._single_time = duration.labels(type="single")
+        self._batch_time = duration.labels(type="batch")
+        self._to_disk_time = duration.labels(type="to_disk")
+        self._fsync_time = duration.labels(type="fsync")
+        self._rotate_time = duration.labels(type="rotate")
+
+    def write_single(self, size_bytes: int, seconds: float) -> None:
+        """One binlog stored: its payload bytes, and the time from its hand-over until it was durable."""
+        try:
+            self._single_size.observe(size_bytes)
+            self._single_time.observe(seconds)
+        except Exception:  # pragma: no cover - an observer must never fail a write
+            log.debug("write_single metrics failed", exc_info=True)
 
     def write_batch(self, binlogs: int, size_bytes: int, write_seconds: float, fsync_seconds: float) -> None:
         try:
             self.write_latency.observe(write_seconds + fsync_seconds)
-            self.write_binlog_size.labels(type="batch").observe(size_bytes)
-            self.write_binlog_duration.labels(type="batch").observe(write_seconds + fsync_seconds)
-            self.write_binlog_duration.labels(type="to_disk").observe(write_seconds)
-            self.write_binlog_duration.labels(type="fsync").observe(fsync_seconds)
+            self._batch_size.observe(size_bytes)
+            self._batch_time.observe(write_seconds + fsync_seconds)
+            self._to_disk_time.observe(write_seconds)
+            self._fsync_time.observe(fsync_seconds)
         except Exception:  # pragma: no cover - an observer must never fail the storage
             log.debug("write_batch metrics failed", exc_info=True)
 
     def rotate(self, seconds: float) -> None:
         try:
-            self.write_binlog_duration.labels(type="rotate").observe(seconds)
+            self._rotate_time.observe(seconds)
         except Exception:  # pragma: no cover
             log.debug("rotate metrics failed", exc_info=True)
 

@@ -385,8 +385,10 @@ class PumpService:
             binlog = self._check(request.clusterID, payload)
             if binlog is None:
                 return  # the client's probe: success, nothing stored
+            handed = time.monotonic()
             written = self._submit(binlog, payload, size)  # from here on, the completion releases the bytes
             await written
+            self._metrics.storage.write_single(size, time.monotonic() - handed)
         except _AbortError:
             raise
         except NoSpaceError as exc:
@@ -497,7 +499,7 @@ class PumpService:
             feed.close()
             with self._lock:
                 self._streams.discard(stop)
-            self._metrics.rpc_duration.labels(method=PULL_BINLOGS, label=label).observe(time.monotonic() - started)
+            self._metrics.observe_rpc(PULL_BINLOGS, label == SUCC, time.monotonic() - started)
             log.info("pull binlogs from %s ended after %d binlogs", peer, sent)
         if broken:
             await context.abort(grpc.StatusCode.INTERNAL, "pull binlogs failed on the pump")

@@ -95,6 +95,8 @@ class StorageStatus:
     pending_prewrites: int
     chaser_on: bool
     write_count: int
+    write_queue_bytes: int = 0
+    """Bytes of binlogs waiting for the value-log writer (0 for a storage without such a queue)."""
 
 
 class PumpStorage(Protocol):

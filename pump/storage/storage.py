@@ -302,6 +302,7 @@ class Storage:
             pending_prewrites=pending,
             chaser_on=self._chaser.is_on(),
             write_count=self._writer.write_count,
+            write_queue_bytes=self._writer.queue_bytes,
         )
 
     @property

@@ -126,6 +126,11 @@ class VlogWriter:
     def start(self) -> None:
         self._thread.start()
 
+    @property
+    def queue_bytes(self) -> int:
+        """Bytes of the requests queued and not yet taken by the writer thread (read without the lock)."""
+        return self._queue.cost
+
     def submit(self, tp: int, start_ts: int, commit_ts: int, payload: bytes, prewrite_key: bytes | None = None) -> None:
         """Write one binlog; return once it is durable (raise what the write raised).
 
