@@ -43,7 +43,7 @@ from common import encrypt as encryption
 from common.cli import fail
 from common.errors import BinlogError, ConfigError, RegistryError
 from common.etcd import EtcdClient
-from common.pd_client import TSOClient
+from common.pd_client import LEADER_KEY, TSOClient, read_leader
 from common.registry import NodeKind, NodeState, NodeStatus, Registry
 from tools.binlogctl_options import (
     ACTION_COMMANDS,
@@ -254,6 +254,8 @@ class Ctl:
         self.out.write(f"{_noun(kind)} {opts.node_id} at {addr}: {message}\n")
 
     def generate_meta(self) -> None:
+        if read_leader(self.etcd) is None:  # said plainly here, rather than as a TSO timeout later
+            raise CommandError(f"no pd-server registered in etcd at {self.opts.pd_urls} ({LEADER_KEY}): is it running?")
         tso = TSOClient(self.etcd, timeout=self.opts.timeout)
         try:
             ts = tso.get_ts()
