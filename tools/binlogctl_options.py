@@ -127,10 +127,20 @@ def build_parser() -> ArgumentParser:
     )
     p.add_argument("command", nargs="?", metavar="COMMAND", help=f"one of {', '.join(COMMANDS)} (default pumps)")
     p.add_argument("--cmd", dest="cmd_flag", metavar="COMMAND", help="the command, as the original's -cmd")
-    p.add_argument("--pd-urls", default=DEFAULT_PD_URLS, metavar="URLS", help="etcd endpoints, comma-separated")
+    p.add_argument(
+        "--pd-urls",
+        default=DEFAULT_PD_URLS,
+        metavar="URLS",
+        help=f"etcd endpoints, comma-separated (default {DEFAULT_PD_URLS})",
+    )
     p.add_argument("--node-id", default="", metavar="ID", help="node id for update-*, pause-*, offline-*")
     p.add_argument("--state", default="", metavar="STATE", help=f"new state for update-*: {', '.join(STATES)}")
-    p.add_argument("--data-dir", default=DEFAULT_DATA_DIR, metavar="DIR", help="where generate_meta writes savepoint")
+    p.add_argument(
+        "--data-dir",
+        default=DEFAULT_DATA_DIR,
+        metavar="DIR",
+        help=f"generate_meta writes DIR/savepoint (default {DEFAULT_DATA_DIR})",
+    )
     p.add_argument("--show-offline-nodes", action="store_true", help="list offline nodes too")
     p.add_argument("--json", action="store_true", help="pumps / drainers: the etcd values as a JSON array")
     p.add_argument("--text", default="", help="the text to encrypt")
