@@ -18,10 +18,21 @@ Shut-down (`close()`, idempotent, each step logged):
 
 A binlog the drainer cannot apply stops it: `run()` then returns 1 after the same shutdown
 (the checkpoint stays before that binlog).
+
+Relay log (`[syncer.relay] log-dir`, `drainer.relay`): the sink is wrapped in a `RelaySink`.  At
+start, when the checkpoint says ``consistent=false``:
+
+* upstream unreachable (no etcd / cluster id): every whole relay transaction after the checkpoint
+  is applied in safe mode, ``consistent=true`` is saved at the last one, and the drainer exits 0
+  (`recovered_only`), as the original;
+* upstream reachable (ours): the same replay first, so the half-applied window closes at once;
+  the checkpoint moves to the last transaction replayed (with the schema version `relay.meta`
+  recorded for it) and replication resumes after it.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import socket
 import threading
@@ -43,6 +54,8 @@ from drainer.filters import Filter
 from drainer.http_api import StatusServer
 from drainer.merger import Merger
 from drainer.metrics import DrainerMetrics
+from drainer.puller import Puller
+from drainer.relay import RecoveryResult, RelayMeta, RelaySink, recover, relay_dir_ok
 from drainer.schema import DrainerSchema, EtcdJobSource
 from drainer.sinks.base import Sink
 from drainer.syncer import Syncer
@@ -130,6 +143,8 @@ class DrainerApp:
         self._state = NodeState.ONLINE
         self._registered = False
         self._reg_lock = threading.Lock()
+        self.recovered_only = False
+        """The upstream was unreachable and the relay log made the downstream consistent: nothing else runs."""
 
     # ------------------------------------------------------------------------------------ start
     def start(self) -> None:
@@ -142,10 +157,18 @@ class DrainerApp:
 
     def _start(self) -> None:
         cfg = self.cfg
-        self.etcd = EtcdClient(cfg.pd_urls)
-        self.tso = TSOClient(self.etcd)
-        self.registry = Registry(self.etcd)
-        self.cluster_id = self.tso.cluster_id
+        if cfg.relay_enabled:
+            relay_dir_ok(cfg.relay_dir)
+        try:
+            self.etcd = EtcdClient(cfg.pd_urls)
+            self.tso = TSOClient(self.etcd)
+            self.registry = Registry(self.etcd)
+            self.cluster_id = self.tso.cluster_id
+        except BinlogError as exc:
+            if not cfg.relay_enabled:
+                raise
+            self._recover_offline(exc)
+            return
         cfg.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.node_id = cfg.node_id or f"{socket.gethostname()}:{cfg.listen_port}"
         log.info("drainer node_id=%s cluster_id=%d data_dir=%s", self.node_id, self.cluster_id, cfg.data_dir)
@@ -159,6 +182,8 @@ class DrainerApp:
             start_ts = cfg.initial_commit_ts if cfg.initial_commit_ts >= 0 else self.tso.get_ts()
             version = 0
             log.info("no checkpoint: starting at initial-commit-ts %d", start_ts)
+        if cfg.relay_enabled and state is not None and not state.consistent:
+            start_ts, version = self._recover_online(start_ts, version)
 
         source = EtcdJobSource(self.etcd)
         if state is None and start_ts != 0:
@@ -168,12 +193,17 @@ class DrainerApp:
         self.schema = DrainerSchema(source)
         self.schema.load(version)
         self.merger = merger = Merger(start_ts, hold_until_released=True)  # released by the syncer
-        self.sink = self._sink_factory(cfg)
-        self.metrics = DrainerMetrics(
-            self.pump_positions,
-            lambda: sum(merger.buffered_bytes(n) for n in merger.source_ids()),
-            lambda: merger.disorders,
-        )
+        sink = self._sink_factory(cfg)
+        if cfg.relay_enabled:
+            try:
+                sink = RelaySink(
+                    sink, cfg.relay_dir, cluster_id=self.cluster_id, max_file_size=cfg.syncer.relay.max_file_size
+                )
+            except BaseException:
+                sink.close()
+                raise
+        self.sink = sink
+        self.metrics = DrainerMetrics.for_drainer(self.pump_positions, merger, self.sink)
         self.syncer = Syncer(
             merger,
             self.schema,
@@ -196,6 +226,7 @@ class DrainerApp:
             detect_interval=cfg.detect_interval,
             compressor=cfg.compressor,
             on_error=self._on_fatal,
+            puller_factory=functools.partial(Puller, metrics=self.metrics),
         )
         self.grpc, self.grpc_port = start_cistern_server(self.collector, cfg.addr)
         self.http = StatusServer(self, cfg.status_addr)
@@ -212,9 +243,83 @@ class DrainerApp:
             start_ts,
         )
 
+    # ------------------------------------------------------------------------------- relay log
+    def _recover_offline(self, cause: BaseException) -> None:
+        """The upstream cannot be reached: make the downstream consistent from the relay log alone, or fail."""
+        cfg = self.cfg
+        log.warning("upstream unreachable (%s): looking at the relay log in %s", cause, cfg.relay_dir)
+        try:
+            meta = RelayMeta.read(cfg.relay_dir)
+        except BinlogError as exc:
+            raise BinlogError(f"upstream unreachable ({cause}), and the relay log cannot help: {exc}") from exc
+        self.cluster_id = meta.cluster_id
+        self.checkpoint = make_checkpoint(cfg, meta.cluster_id)
+        state = self.checkpoint.load()
+        if state is None or state.consistent:
+            why = "there is no checkpoint" if state is None else f"checkpoint {state.commit_ts} is consistent"
+            raise BinlogError(f"upstream unreachable ({cause}); {why}: nothing to recover from the relay log")
+        result = self._apply_relay(state.commit_ts, "")
+        version = meta.version_at(result.last_ts, state.schema_version)
+        if result.stopped_at_ddl:
+            self.checkpoint.save(result.last_ts, version, consistent=False)
+            raise BinlogError(
+                f"relay log recovery stopped before the DDL at commit_ts={result.stopped_at_ddl}: the sqlite sink "
+                f"needs the upstream's DDL history to run it; the downstream is at commit_ts={result.last_ts}"
+            )
+        self.checkpoint.save(result.last_ts, version, consistent=True)
+        self.recovered_only = True
+        log.info(
+            "relay log recovery done: the downstream is consistent at commit_ts=%d (checkpoint saved with "
+            "consistent=true); the upstream is unreachable, so the drainer exits",
+            result.last_ts,
+        )
+
+    def _recover_online(self, start_ts: int, version: int) -> tuple[int, int]:
+        """Replay the relay log's tail, move the checkpoint past it; the new start point."""
+        result = self._apply_relay(start_ts, "the upstream is reachable: replication resumes after it")
+        if result.last_ts <= start_ts:
+            return start_ts, version
+        version = RelayMeta.read(self.cfg.relay_dir).version_at(result.last_ts, version)
+        need(self.checkpoint, "the drainer").save(result.last_ts, version, consistent=False)
+        return result.last_ts, version
+
+    def _apply_relay(self, checkpoint_ts: int, then: str) -> RecoveryResult:
+        cfg = self.cfg
+        log.info("relay log recovery: applying the transactions after commit_ts=%d in safe mode", checkpoint_ts)
+
+        def progress(r: RecoveryResult) -> None:
+            log.info("relay log recovery: %d txns, %d rows applied so far", r.txns, r.rows)
+
+        result = recover(
+            cfg.relay_dir,
+            checkpoint_ts,
+            self._sink_factory(cfg),
+            ddl_supported=cfg.syncer.db_type != "sqlite",
+            progress=progress,
+        )
+        st = result.stats
+        if st.skipped or st.cut:
+            log.warning(
+                "relay log recovery: %d corrupted record(s) skipped, %d transaction(s) cut by a crash left out",
+                st.skipped,
+                st.cut,
+            )
+        log.info(
+            "relay log recovery: %d txns (%d rows, %d DDLs) applied, up to commit_ts=%d%s",
+            result.txns,
+            result.rows,
+            result.ddls,
+            result.last_ts,
+            f"; {then}" if then else "",
+        )
+        return result
+
     # -------------------------------------------------------------------------------------- run
     def run(self) -> int:
         """Serve until a pause, a close or a fatal error, then close; returns the exit status."""
+        if self.recovered_only:
+            self.close()
+            return 0
         self._shutdown.wait()
         self.close()
         return 1 if self.fatal is not None else 0
@@ -228,7 +333,7 @@ class DrainerApp:
             self.fatal = exc
             log.error("drainer stops: %s", exc)
             if self.metrics is not None:
-                self.metrics.error.labels(type(exc).__name__).inc()
+                self.metrics.fatal(exc)
         self._shutdown.set()
 
     # ------------------------------------------------------------------------------------ close

@@ -46,6 +46,8 @@ EventName = Literal[
 EVENT_NAMES: Final[tuple[str, ...]] = get_args(EventName)
 
 UNSUPPORTED_DB_TYPES: Final = frozenset({"kafka", "oracle"})
+RELAY_DB_TYPES: Final = frozenset({"mysql", "tidb", "sqlite"})
+"""Downstreams the relay log applies to (the original: mysql, tidb, oracle)."""
 DEFAULT_DB_TYPE: Final = "mysql"
 DEFAULT_TXN_BATCH: Final = 20
 DEFAULT_WORKER_COUNT: Final = 16
@@ -160,7 +162,7 @@ class EventFilterRule:
 
 @dataclass(frozen=True)
 class RelayConfig:
-    """`[syncer.relay]`: accepted and kept; empty log-dir = no relay log."""
+    """`[syncer.relay]`: the relay log (`drainer.relay`); empty log-dir = no relay log."""
 
     log_dir: str = field(default="", metadata={"help": "relay log directory (empty: relay log off)"})
     max_file_size: ByteSize = field(

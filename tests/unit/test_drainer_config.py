@@ -228,7 +228,10 @@ def test_ignored_keys_are_accepted_and_listed(tmp_path: Path) -> None:
         ({"syncer.loopback-control": "true"}, r"'syncer.loopback-control' is not supported yet"),
         ({"syncer.to.encrypted_password": "xyz"}, r"encrypted_password' is not supported yet"),
         ({"syncer.to.checkpoint.type": "oracle"}, r"'syncer.to.checkpoint.type' = 'oracle' is not supported"),
-        ({"syncer.relay.log-dir": "/relay"}, r"the relay log is not supported yet"),
+        (
+            {"syncer.relay.log-dir": "/relay", "syncer.db-type": "file"},
+            r"relay log applies only to db-type mysql, tidb or sqlite, not 'file'",
+        ),
         ({"syncer.to.sync-mode": 2}, r"'syncer.to.sync-mode' = 2 is not supported"),
         ({"syncer.to.merge": "true"}, r"'syncer.to.merge' = true is not supported"),
     ],
@@ -242,6 +245,8 @@ def test_unsupported_settings_load_but_are_refused(flags: dict[str, object], mes
 def test_supported_db_types_pass() -> None:
     for db_type in ("mysql", "tidb", "sqlite", "file", "pb"):
         load_config(flags={"syncer.db-type": db_type}, env={}).check_supported()
+    for db_type in ("mysql", "tidb", "sqlite"):  # with a relay log
+        load_config(flags={"syncer.db-type": db_type, "syncer.relay.log-dir": "/r"}, env={}).check_supported()
 
 
 def test_sink_paths_follow_data_dir_and_overrides() -> None:
