@@ -160,7 +160,11 @@ def main(argv: list[str] | None = None, *, out: TextIO | None = None, err: TextI
     if args.print_config:
         stdout.write(dump(cfg))
         return 0
-    setup_logging(cfg.log_level, cfg.log_file)
+    try:
+        setup_logging(cfg.log_level, cfg.log_file)
+    except OSError as exc:
+        _say(stderr, f"error: cannot open log-file {cfg.log_file!r}: {exc.strerror or exc}")
+        return 1
     dest = None
     try:
         check_data_dir(cfg.data_dir)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import io
+import logging
 import os
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,22 @@ from tools.reparo_config import load_config
 from tools.reparo_dest import PrintDest
 from tools.reparo_print import format_datum
 from tools.reparo_select import Selected, Selection, Window, first_commit_ts, first_file
+
+
+@pytest.fixture(autouse=True)
+def _keep_logging() -> Iterator[None]:
+    """`main` sets up logging on the root logger; give the next test the handlers it had."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for h in list(root.handlers):
+        if h not in handlers:
+            root.removeHandler(h)
+            h.close()
+    for h in handlers:
+        if h not in root.handlers:
+            root.addHandler(h)
+    root.setLevel(level)
 
 
 def shape(db: str, table: str) -> TableShape:
@@ -344,6 +362,15 @@ def test_bad_data_dir_is_one_line_and_exit_1(
     assert err.startswith("reparo: error: ")
     assert message in err
     assert out.getvalue() == ""
+
+
+def test_unwritable_log_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_dir(tmp_path / "pb", history())
+    bad = tmp_path / "no" / "such" / "dir" / "r.log"
+    assert main(["--data-dir", str(tmp_path / "pb"), "--log-file", str(bad)], out=io.StringIO()) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("reparo: error: cannot open log-file")
 
 
 def test_unreadable_data_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
