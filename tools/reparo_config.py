@@ -24,6 +24,7 @@ import argparse
 import datetime as dt
 import os
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal
@@ -202,8 +203,6 @@ def parse_args(
     argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
 ) -> tuple[ReparoConfig, argparse.Namespace]:
     """Parse the command line and load the config; raises ConfigError (never exits)."""
-    import sys
-
     parser = build_parser()
     args = parser.parse_args(normalize_argv(parser, sys.argv[1:] if argv is None else argv))
     try:
