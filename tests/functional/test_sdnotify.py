@@ -8,10 +8,14 @@ NotifyAccess=main accepts only the main pid).  For each daemon:
   and its log already says it listens (the message is sent after start-up, never before);
 - WATCHDOG=1 pings arrive every WATCHDOG_USEC / 2 when WATCHDOG_USEC is set;
 - SIGTERM brings STOPPING=1, then the process exits with status 0.
+
+The image's `healthcheck` probe (deploy/docker/healthcheck.py) runs against each daemon too: healthy
+while it serves, unhealthy once it has stopped.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -23,6 +27,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 
 import grpc
 import pytest
@@ -108,6 +113,17 @@ def listener(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[NotifyL
     ear.close()
 
 
+def healthcheck_script() -> ModuleType:
+    """deploy/docker/healthcheck.py, the image's probe (a script in the image, not a package)."""
+    path = Path(__file__).resolve().parents[2] / "deploy" / "docker" / "healthcheck.py"
+    spec = importlib.util.spec_from_file_location("deploy_docker_healthcheck", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def notify_env(ear: NotifyListener) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NOTIFY_", "WATCHDOG_"))}
     return {**env, "NOTIFY_SOCKET": ear.env_value, "WATCHDOG_USEC": str(WATCHDOG_USEC)}
@@ -118,8 +134,9 @@ def check_lifecycle(
     proc: ManagedProcess,
     serving: Callable[[], bool],
     listening_line: str,
+    probe: list[str],
 ) -> None:
-    """READY once serving (and logged), watchdog pings, STOPPING on SIGTERM, exit status 0."""
+    """READY once serving (and logged), watchdog pings, STOPPING on SIGTERM, exit 0; `probe` healthy meanwhile."""
     proc.start()
     ready = ear.wait_for("READY", proc, START_TIMEOUT)
     # right now, with no wait: the daemon answers, and it logged that it listens before it said READY
@@ -132,6 +149,8 @@ def check_lifecycle(
     assert ready.pid == proc.pid, f"READY=1 sent by pid {ready.pid}, not the main pid {proc.pid}"
     assert "STATUS" in ready.fields
     assert ear.count("STOPPING") == 0
+    healthcheck = healthcheck_script()
+    assert healthcheck.main(probe) == 0
 
     while ear.count("WATCHDOG") < MIN_PINGS:
         assert ear.receive(5.0) is not None, f"watchdog pings stopped after {ear.count('WATCHDOG')}"
@@ -146,6 +165,7 @@ def check_lifecycle(
         pytest.fail(f"{proc.name} did not exit {STOP_TIMEOUT}s after SIGTERM; log tail:\n{proc.log_tail()}")
     assert status == 0, f"{proc.name} exited with {status}; log tail:\n{proc.log_tail()}"
     assert ear.count("READY") == 1
+    assert healthcheck.main(["--timeout", "1", *probe]) == 1
 
 
 def test_pd_server_ready_watchdog_stopping(etcd_server: EtcdProcess, listener: NotifyListener, tmp_path: Path) -> None:
@@ -158,7 +178,7 @@ def test_pd_server_ready_watchdog_stopping(etcd_server: EtcdProcess, listener: N
         return bool(resp.first.physical > 0)
 
     try:
-        check_lifecycle(listener, pd.process, serving, "pd-server serving cluster")
+        check_lifecycle(listener, pd.process, serving, "pd-server serving cluster", ["pd", pd.addr])
     finally:
         pd.stop()
 
@@ -182,7 +202,9 @@ def test_pump_ready_watchdog_stopping_json_log(
         return not resp.errmsg and port_open("127.0.0.1", pump.status_port)
 
     try:
-        check_lifecycle(listener, pump.process, serving, "is online: gRPC")
+        check_lifecycle(
+            listener, pump.process, serving, "is online: gRPC", ["http", f"http://{pump.status_addr}/status"]
+        )
     finally:
         pump.stop()
     # --log-format json: every line the pump logged is one JSON object (the first line is the harness's)
@@ -207,6 +229,8 @@ def test_drainer_ready_watchdog_stopping_abstract_socket(
         return ok and port_open("127.0.0.1", drainer.grpc_port)
 
     try:
-        check_lifecycle(listener, drainer.process, serving, "is online: gRPC")
+        check_lifecycle(
+            listener, drainer.process, serving, "is online: gRPC", ["http", f"http://{drainer.status_addr}/status"]
+        )
     finally:
         drainer.stop()
