@@ -39,6 +39,18 @@ class NodeState(StrEnum):
     OFFLINE = "offline"
 
 
+STATUS_ADDR_LABEL = "status-addr"
+"""Label a node publishes with its HTTP API address (ours: `host` is the gRPC address; binlogctl reads it)."""
+
+
+def status_labels(http_addr: str, advertise: str) -> dict[str, str]:
+    """The labels of a node serving HTTP on `http_addr`: a wildcard host is replaced by the advertised one."""
+    host, _, port = http_addr.rpartition(":")
+    if host in ("", "0.0.0.0", "::", "[::]"):
+        host = advertise.rpartition(":")[0]
+    return {STATUS_ADDR_LABEL: f"{host}:{port}"}
+
+
 @dataclass(frozen=True)
 class NodeStatus:
     node_id: str

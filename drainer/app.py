@@ -45,7 +45,7 @@ from common.errors import BinlogError
 from common.etcd import EtcdClient
 from common.httpserver import HTTPActionError
 from common.pd_client import TSOClient
-from common.registry import NodeKind, NodeState, NodeStatus, Registry
+from common.registry import NodeKind, NodeState, NodeStatus, Registry, status_labels
 from drainer.checkpoint import Checkpoint, make_checkpoint
 from drainer.cistern import start_cistern_server
 from drainer.collector import Collector
@@ -87,7 +87,7 @@ def default_sink_factory(cfg: DrainerConfig) -> Sink:
             host=to.host,
             port=to.port,
             user=to.user,
-            password=to.password,
+            password=cfg.to_password,
             params=dict(to.params),
             worker_count=s.worker_count,
             txn_batch=s.txn_batch,
@@ -383,7 +383,8 @@ class DrainerApp:
     def _status(self, state: NodeState) -> NodeStatus:
         host = self.cfg.advertise
         ts = self.last_ts()
-        return NodeStatus(node_id=self.node_id, host=host, state=state, max_commit_ts=ts, update_ts=ts)
+        labels = None if self.http is None else status_labels(self.http.addr, host)
+        return NodeStatus(node_id=self.node_id, host=host, state=state, labels=labels, max_commit_ts=ts, update_ts=ts)
 
     def _publish(self, state: NodeState) -> None:
         with self._reg_lock:

@@ -477,9 +477,10 @@ def make_checkpoint(cfg: DrainerConfig, cluster_id: int) -> Checkpoint:
     kind = cp.type or _STORE_OF_DB_TYPE.get(s.db_type, "")
     if kind in ("mysql", "tidb"):
         if cp.type:
-            host, port, user, password = cp.host or "127.0.0.1", cp.port or 3306, cp.user or "root", cp.password
+            host, port, user = cp.host or "127.0.0.1", cp.port or 3306, cp.user or "root"
+            password = cfg.checkpoint_password
         else:
-            host, port, user, password = s.to.host, s.to.port, s.to.user, s.to.password
+            host, port, user, password = s.to.host, s.to.port, s.to.user, cfg.to_password
         return MySQLCheckpoint(
             host, port, user, password, cluster_id, cp.schema, cp.table, timeout=max(s.to.read_timeout, 1.0)
         )

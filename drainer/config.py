@@ -12,7 +12,7 @@ Keys are the original `drainer.toml` ones (`[syncer]` lives in `config_syncer`),
 MYSQL_HOST / MYSQL_USER / MYSQL_PSWD / MYSQL_PORT, as in the original; always load a `DrainerConfig`
 through `load_config` / `parse_args` to get that.
 
-Accepted but not honoured: `[security]`, `loopback-control`, db-type kafka / oracle, `encrypted_password`
+Accepted but not honoured: `[security]`, `loopback-control`, db-type kafka / oracle
 and checkpoint type oracle make `check_supported()` raise; `metrics-addr`, `metrics-interval`,
 `cache-binlog-count`, `load-schema-snapshot`, the deprecated `disable-dispatch` / `disable-detect` and the
 kafka keys are listed by `ignored_keys()` when set (the disable-* keys still take effect).
@@ -34,6 +34,7 @@ from common.config.cli import CONFIG_FILE_DEST
 from common.config.node import NodeAddress, SecurityConfig
 from common.config.node import validate_etcd_urls as _etcd_urls
 from common.config.node import validate_host_port as _host_port
+from common.encrypt import EncryptError, decrypt
 from common.errors import ConfigError
 from common.logsetup import DEFAULT_LOG_FORMAT, DEFAULT_MAX_BACKUPS, DEFAULT_MAX_SIZE_MIB, LogFormat
 from drainer.config_syncer import (
@@ -148,6 +149,20 @@ class DrainerConfig(NodeAddress):
 
     def validate(self) -> None:
         self.check_advertise()
+        self.to_password  # noqa: B018 - an encrypted password that does not decrypt fails at load
+        self.checkpoint_password  # noqa: B018
+
+    @property
+    def to_password(self) -> str:
+        """The downstream password: `[syncer.to] encrypted_password` decrypted when set, else `password`."""
+        return _password(self.syncer.to.password, self.syncer.to.encrypted_password, "syncer.to.encrypted_password")
+
+    @property
+    def checkpoint_password(self) -> str:
+        """`[syncer.to.checkpoint]`'s password, from its own encrypted_password when set (the original read the
+        downstream's encrypted_password field here)."""
+        cp = self.syncer.to.checkpoint
+        return _password(cp.password, cp.encrypted_password, "syncer.to.checkpoint.encrypted_password")
 
     @property
     def file_dir(self) -> Path:
@@ -218,8 +233,6 @@ class DrainerConfig(NodeAddress):
             raise ConfigError(f"'syncer.to.sync-mode' = {s.to.sync_mode} is not supported; only 1 (full columns) is")
         if s.to.merge:
             raise ConfigError("'syncer.to.merge' = true is not supported; set it to false")
-        if s.to.encrypted_password:
-            raise ConfigError("'syncer.to.encrypted_password' is not supported yet; set 'syncer.to.password' instead")
 
 
 # ----------------------------------------------------------------------------------------------- loading
@@ -297,3 +310,12 @@ def parse_args(
         flags=flags_from_args(args),
     )
     return cfg, args
+
+
+def _password(plain: str, encrypted: str, key: str) -> str:
+    if not encrypted:
+        return plain
+    try:
+        return decrypt(encrypted)
+    except EncryptError as exc:
+        raise ConfigError(f"'{key}': {exc}") from None

@@ -183,6 +183,10 @@ class CheckpointConfig:
     host: str = field(default="", metadata={"help": "checkpoint MySQL host (explicit type only)"})
     user: str = field(default="", metadata={"help": "checkpoint MySQL user"})
     password: str = field(default="", metadata={"help": "checkpoint MySQL password"})
+    encrypted_password: str = field(
+        default="",
+        metadata={"key": "encrypted_password", "help": "password from binlogctl encrypt (wins)"},
+    )
     port: int = field(default=0, metadata={"help": "checkpoint MySQL port", "validate": _port_or_unset})
 
     def validate(self) -> None:
@@ -204,7 +208,8 @@ class ToConfig:
     user: str = field(default=DEFAULT_TO_USER, metadata={"help": "downstream MySQL user [env MYSQL_USER]"})
     password: str = field(default="", metadata={"help": "downstream MySQL password [env MYSQL_PSWD]"})
     encrypted_password: str = field(
-        default="", metadata={"key": "encrypted_password", "help": "not supported yet: use password"}
+        default="",
+        metadata={"key": "encrypted_password", "help": "password from binlogctl encrypt (wins)"},
     )
     port: int = field(
         default=DEFAULT_TO_PORT, metadata={"help": "downstream MySQL port [env MYSQL_PORT]", "validate": _port}

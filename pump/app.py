@@ -40,7 +40,7 @@ from common.errors import BinlogError
 from common.etcd import EtcdClient
 from common.pb import binlog_pb2
 from common.pd_client import TSOClient
-from common.registry import NodeKind, NodeState, NodeStatus, Registry
+from common.registry import NodeKind, NodeState, NodeStatus, Registry, status_labels
 from pump.background import Background, write_fake_binlog
 from pump.config import PumpConfig
 from pump.http_api import StatusServer
@@ -190,6 +190,7 @@ class PumpApp:
         self.grpc = GrpcServer(self.service, cfg.addr, socket=cfg.socket, max_message_size=cfg.max_message_size)
         self.http = StatusServer(self, cfg.status_addr)
         self.http.start()
+        node.labels = status_labels(self.http.addr, cfg.advertise)
 
         previous = node.register()
         if previous is None or previous is NodeState.OFFLINE:

@@ -207,6 +207,8 @@ class PumpNode:
         self._registry = registry
         self._tso = tso
         self._clock = clock
+        self.labels: dict[str, str] | None = None
+        """Published with every status (the app sets its HTTP address here before registering)."""
         self.node_id = node_id
         self.host = host
         self._max_commit_ts = max_commit_ts
@@ -260,6 +262,7 @@ class PumpNode:
             state=state,
             is_alive=True,
             score=self.score(state),
+            labels=self.labels,
             max_commit_ts=self._max_commit_ts() if frozen is None else frozen,
             update_ts=self._clock.now(),
         )

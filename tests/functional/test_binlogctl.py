@@ -191,7 +191,11 @@ def test_offline_and_pause_drive_the_pump_states(cluster: Cluster) -> None:
     assert state_of(registry, NodeKind.PUMP, "pump0") is NodeState.ONLINE
     assert state_of(registry, NodeKind.PUMP, "pump1") is NodeState.ONLINE
 
-    out = ok("offline-pump", *node_args(cluster, pump0))
+    # no --status-addr: the pump publishes its HTTP address as the label `status-addr`
+    published = registry.get(NodeKind.PUMP, "pump0")
+    assert published is not None
+    assert published.labels == {"status-addr": pump0.status_addr}
+    out = ok("offline-pump", *node_args(cluster, pump0)[:4])
     assert out == f"pump pump0 at {pump0.status_addr}: apply action close success!\n"
     # offline only once the drainer has consumed everything pump0 has; then the drainer drops it
     wait_for(lambda: state_of(registry, NodeKind.PUMP, "pump0") is NodeState.OFFLINE, DEADLINE, "pump0 offline")
@@ -219,7 +223,7 @@ def test_pause_and_offline_drive_the_drainer_states(cluster: Cluster) -> None:
     drainer = cluster.drainer()
     registry = Registry(cluster.etcd)
 
-    out = ok("pause-drainer", *node_args(cluster, drainer))
+    out = ok("pause-drainer", *node_args(cluster, drainer)[:4])  # its published status-addr label
     assert out == f"drainer {drainer.node_id} at {drainer.status_addr}: apply action pause success!\n"
     wait_for(lambda: not drainer.process.alive, DEADLINE, "the drainer exits")
     assert state_of(registry, NodeKind.DRAINER, drainer.node_id) is NodeState.PAUSED

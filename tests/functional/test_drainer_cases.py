@@ -292,3 +292,30 @@ def test_sigterm_saves_consistent_and_close_goes_offline(cluster: Cluster) -> No
     status = reg.get(NodeKind.DRAINER, drainer.node_id)
     assert status is not None
     assert status.state is NodeState.OFFLINE
+
+
+def test_encrypted_downstream_password(cluster: Cluster) -> None:
+    """`[syncer.to] encrypted_password` from `binlogctl encrypt` logs in as a user that has a password."""
+    from common.encrypt import encrypt
+
+    user = unique_name("enc")
+    name = cluster.dbname("enc")
+    admin = cluster.mysql_conn()
+    try:
+        with admin.cursor() as cur:
+            cur.execute(f"CREATE USER '{user}'@'%' IDENTIFIED BY 'S3cret-pw'")
+            cur.execute(f"CREATE USER '{user}'@'localhost' IDENTIFIED BY 'S3cret-pw'")
+            cur.execute(f"GRANT ALL ON *.* TO '{user}'@'%'")
+            cur.execute(f"GRANT ALL ON *.* TO '{user}'@'localhost'")
+        # after mysql_args: these win; encrypted_password wins over the (empty) password
+        drainer = cluster.drainer("--syncer.to.user", user, "--syncer.to.encrypted_password", encrypt("S3cret-pw"))
+        db = cluster.writer()
+        simple_table(db, name)
+        insert(db, f"{name}.t", range(5))
+        cluster.wait_applied(drainer, cluster.now())
+        assert downstream_count(cluster, name, "t") == 5
+    finally:
+        with admin.cursor() as cur:
+            cur.execute(f"DROP USER IF EXISTS '{user}'@'%'")
+            cur.execute(f"DROP USER IF EXISTS '{user}'@'localhost'")
+        admin.close()

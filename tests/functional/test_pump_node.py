@@ -165,7 +165,7 @@ def test_registration_json_and_heartbeat(
         "online",
         True,
         100,  # routing score (pump/score.py): MemoryStorage has 50 GiB free, no write batch measured yet
-        None,
+        {"labels": {"status-addr": p.app.http.addr if p.app.http else ""}},  # ours: where binlogctl finds its API
     )
     first = pump_status(registry)
     wait_until(

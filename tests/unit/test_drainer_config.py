@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from common.config import dump
+from common.encrypt import encrypt
 from common.errors import ConfigError
 from drainer.config import DrainerConfig, EventFilterRule, TableName, load_config, parse_args
 
@@ -226,7 +227,6 @@ def test_ignored_keys_are_accepted_and_listed(tmp_path: Path) -> None:
         ({"syncer.db-type": "kafka"}, r"'syncer.db-type' = 'kafka' is not supported"),
         ({"syncer.db-type": "oracle"}, r"'syncer.db-type' = 'oracle' is not supported"),
         ({"syncer.loopback-control": "true"}, r"'syncer.loopback-control' is not supported yet"),
-        ({"syncer.to.encrypted_password": "xyz"}, r"encrypted_password' is not supported yet"),
         ({"syncer.to.checkpoint.type": "oracle"}, r"'syncer.to.checkpoint.type' = 'oracle' is not supported"),
         (
             {"syncer.relay.log-dir": "/relay", "syncer.db-type": "file"},
@@ -259,3 +259,28 @@ def test_sink_paths_follow_data_dir_and_overrides() -> None:
 def test_print_config_round_trips(tmp_path: Path) -> None:
     cfg = load_config(flags={"node-id": "n1", "syncer.ignore-txn-commit-ts": "1,2", "syncer.to.params": "a=b"}, env={})
     assert load_config(toml(tmp_path, dump(cfg)), env={}) == cfg
+
+
+def test_encrypted_passwords_are_decrypted_each_from_its_own_field(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("BINLOG_SECRET_KEY", raising=False)
+    to_secret, cp_secret = encrypt("to-pass"), encrypt("cp-pass")
+    cfg = load_config(
+        flags={
+            "syncer.to.password": "plain",
+            "syncer.to.encrypted_password": to_secret,
+            "syncer.to.checkpoint.password": "cp-plain",
+            "syncer.to.checkpoint.encrypted_password": cp_secret,
+        },
+        env={},
+    )
+    cfg.check_supported()
+    assert (cfg.to_password, cfg.checkpoint_password) == ("to-pass", "cp-pass")
+    plain = load_config(flags={"syncer.to.password": "p", "syncer.to.checkpoint.password": "c"}, env={})
+    assert (plain.to_password, plain.checkpoint_password) == ("p", "c")
+
+
+def test_an_encrypted_password_that_does_not_decrypt_fails_at_load() -> None:
+    with pytest.raises(ConfigError, match=r"'syncer.to.encrypted_password': encrypted text is not base64"):
+        load_config(flags={"syncer.to.encrypted_password": "%%%"}, env={})
+    with pytest.raises(ConfigError, match=r"'syncer.to.checkpoint.encrypted_password': encrypted text .*'@'"):
+        load_config(flags={"syncer.to.checkpoint.encrypted_password": "YWJj"}, env={})
