@@ -218,10 +218,8 @@ class RelaySink(Sink):
             self._meta.versions.append((txn.commit_ts, txn.schema_version))
             self._meta.write(self._dir)  # before the change can be applied
         with self._cv:
-            while (
-                self._error is None and not self._closing and self._queue and self._pending_bytes + cost > self._budget
-            ):
-                self._cv.wait()
+            while self._error is None and not self._closing and self._queue and self._over(cost):
+                self._cv.wait()  # always admits one txn into an empty queue, whatever its size
             self._raise_if_failed()
             if self._closing:
                 raise SinkError(f"relay log is closed; commit_ts={txn.commit_ts} not written")
@@ -240,6 +238,7 @@ class RelaySink(Sink):
             self._cv.notify_all()
 
     def _over(self, cost: int) -> bool:
+        """Whether `cost` more bytes would overrun the budget of what waits for the relay thread."""
         return self._pending_bytes + cost > self._budget
 
     def _run(self) -> None:
