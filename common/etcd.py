@@ -24,6 +24,7 @@ import etcd3.exceptions
 import grpc
 
 from common.errors import ConfigError, EtcdUnavailableError
+from common.tls import TLS, TLSFiles
 
 log = logging.getLogger(__name__)
 
@@ -40,15 +41,6 @@ _ETCD_ERRORS: tuple[type[BaseException], ...] = (
     etcd3.exceptions.Etcd3Exception,
 )
 _WATCH_ERRORS: tuple[type[BaseException], ...] = (EtcdUnavailableError, *_ETCD_ERRORS)
-
-
-@dataclass(frozen=True)
-class TLSFiles:
-    """Paths of the CA, certificate and key used to talk to etcd over TLS."""
-
-    ca: str
-    cert: str | None = None
-    key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -85,7 +77,10 @@ class WatchEvent:
 
 
 def parse_endpoints(urls: str | Sequence[str]) -> list[tuple[str, int]]:
-    """Parse `http://host:port,host2:port2` (or a list) into (host, port) pairs."""
+    """Parse `http://host:port,host2:port2` (or a list) into (host, port) pairs.
+
+    The scheme does not choose TLS: the client's TLS settings do, for every endpoint (with TLS set,
+    an `http://` endpoint is dialled with TLS too, as the original rewrote it to `https://`)."""
     items = urls.split(",") if isinstance(urls, str) else list(urls)
     endpoints: list[tuple[str, int]] = []
     for raw in items:
@@ -114,16 +109,20 @@ class EtcdClient:
         *,
         timeout: float = DEFAULT_TIMEOUT,
         retry_for: float = DEFAULT_RETRY_FOR,
-        tls: TLSFiles | None = None,
+        tls: TLS | TLSFiles | None = None,
     ) -> None:
+        """`tls`: talk TLS to every endpoint (an `https://` endpoint without it is a ConfigError);
+        paths are read here (ConfigError naming an unusable file)."""
         self.endpoints = parse_endpoints(urls)
         self.timeout = timeout
         self.retry_for = retry_for
-        self._tls = tls
         self._closed = False
-        creds = None
-        if tls is not None:
-            creds = _tls_credentials(tls)
+        if isinstance(tls, TLSFiles):
+            tls = TLS.load(tls)
+        if tls is None:
+            _check_plain(urls)
+        self.tls = tls
+        creds = None if tls is None else tls.channel_credentials()
         eps = [
             etcd3.Endpoint(host, port, secure=creds is not None, creds=creds, time_retry=_ENDPOINT_RETRY_AFTER)
             for host, port in self.endpoints
@@ -363,14 +362,15 @@ class PrefixWatcher:
         self._thread.join(timeout=5)
 
 
-def _tls_credentials(tls: TLSFiles) -> grpc.ChannelCredentials:
-    def read(path: str | None) -> bytes | None:
-        if path is None:
-            return None
-        with open(path, "rb") as fh:
-            return fh.read()
-
-    return grpc.ssl_channel_credentials(read(tls.ca), read(tls.key), read(tls.cert))
+def _check_plain(urls: str | Sequence[str]) -> None:
+    """An https endpoint needs TLS settings; saying so beats a handshake that fails without a reason."""
+    items = urls.split(",") if isinstance(urls, str) else list(urls)
+    for item in items:
+        if item.strip().lower().startswith("https://"):
+            raise ConfigError(
+                f"etcd endpoint {item.strip()!r} is https, but no TLS is configured: "
+                "set [security] ssl-ca, ssl-cert and ssl-key (binlogctl: --ssl-ca, --ssl-cert, --ssl-key)"
+            )
 
 
 def _describe_error(exc: BaseException) -> str:

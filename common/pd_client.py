@@ -2,7 +2,8 @@
 
 Clients find pd-server through etcd (`pd-urls` point at etcd, as in TiDB):
 `/pd/leader` holds the serving pd-server's address, `/pd/cluster_id` the
-cluster id as decimal text.  Concurrent `get_ts()` calls are gathered by one
+cluster id as decimal text.  pd-server is dialled with TLS when the client has TLS settings (given,
+or the etcd client's).  Concurrent `get_ts()` calls are gathered by one
 dispatcher thread into a single `Tso(count=n)` RPC.  When the call fails the
 client re-reads `/pd/leader`, reconnects and retries until the caller's
 deadline.
@@ -22,6 +23,7 @@ import grpc
 from common.errors import ClusterIDMismatchError, TSOError, UnavailableError
 from common.etcd import EtcdClient
 from common.pb import pd_pb2, pd_pb2_grpc
+from common.tls import TLS, connect_hint
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +82,18 @@ class _Waiter:
 class TSOClient:
     """Thread-safe TSO client with request batching and leader re-discovery."""
 
-    def __init__(self, etcd: EtcdClient, *, timeout: float = DEFAULT_TSO_TIMEOUT, max_batch: int = MAX_BATCH) -> None:
+    def __init__(
+        self,
+        etcd: EtcdClient,
+        *,
+        timeout: float = DEFAULT_TSO_TIMEOUT,
+        max_batch: int = MAX_BATCH,
+        tls: TLS | None = None,
+    ) -> None:
+        """`tls`: dial pd-server with TLS (default: the etcd client's, as one `[security]` serves both)."""
         self._etcd = etcd
+        tls = tls or etcd.tls
+        self._credentials = None if tls is None else tls.channel_credentials()
         self._timeout = timeout
         self._max_batch = max_batch
         self._cond = threading.Condition()
@@ -173,11 +185,12 @@ class TSOClient:
             except (grpc.RpcError, UnavailableError, TSOError) as exc:
                 last_error = exc
                 self._failures += 1
+                why = _brief(exc, self._credentials is not None)
                 if self._failing_since is None:  # one warning per outage, details at debug level
                     self._failing_since = time.monotonic()
-                    log.warning("TSO request failed (%s); rediscovering pd-server", _brief(exc))
+                    log.warning("TSO request failed (%s); rediscovering pd-server", why)
                 else:
-                    log.debug("TSO request failed again (%s)", _brief(exc))
+                    log.debug("TSO request failed again (%s)", why)
                 self._reset_channel()
                 with self._cond:
                     closed = self._closed
@@ -222,7 +235,10 @@ class TSOClient:
         if leader is None:
             raise UnavailableError(f"no pd-server registered at {LEADER_KEY}")
         log.info("connecting to pd-server at %s (cluster id %d)", leader.addr, leader.cluster_id)
-        self._channel = grpc.insecure_channel(leader.addr)
+        if self._credentials is None:
+            self._channel = grpc.insecure_channel(leader.addr)
+        else:
+            self._channel = grpc.secure_channel(leader.addr, self._credentials)
         self._stub = pd_pb2_grpc.PDStub(self._channel)
         self._leader = leader
         return self._stub
@@ -243,7 +259,8 @@ class TSOClient:
         self._reset_channel()
 
 
-def _brief(exc: Exception) -> str:
+def _brief(exc: Exception, tls_enabled: bool) -> str:
     if isinstance(exc, grpc.RpcError) and hasattr(exc, "code"):
-        return f"{exc.code().name}: {exc.details()}"
+        hint = connect_hint(tls_enabled) if exc.code() is grpc.StatusCode.UNAVAILABLE else ""
+        return f"{exc.code().name}: {exc.details()}{hint}"
     return str(exc)

@@ -159,8 +159,9 @@ class DrainerApp:
         cfg = self.cfg
         if cfg.relay_enabled:
             relay_dir_ok(cfg.relay_dir)
+        tls = cfg.security.load_tls()  # TLS for etcd, pd-server, pumps, Cistern and HTTP, or None
         try:
-            self.etcd = EtcdClient(cfg.pd_urls)
+            self.etcd = EtcdClient(cfg.pd_urls, tls=tls)
             self.tso = TSOClient(self.etcd)
             self.registry = Registry(self.etcd)
             self.cluster_id = self.tso.cluster_id
@@ -226,10 +227,10 @@ class DrainerApp:
             detect_interval=cfg.detect_interval,
             compressor=cfg.compressor,
             on_error=self._on_fatal,
-            puller_factory=functools.partial(Puller, metrics=self.metrics),
+            puller_factory=functools.partial(Puller, metrics=self.metrics, tls=tls),
         )
-        self.grpc, self.grpc_port = start_cistern_server(self.collector, cfg.addr)
-        self.http = StatusServer(self, cfg.status_addr)
+        self.grpc, self.grpc_port = start_cistern_server(self.collector, cfg.addr, tls=tls)
+        self.http = StatusServer(self, cfg.status_addr, tls=tls)
         self.http.start()
         self._publish(NodeState.ONLINE)
         self._heartbeat = threading.Thread(target=self._heartbeat_loop, name="drainer-heartbeat", daemon=True)

@@ -21,6 +21,7 @@ import grpc
 
 from common.errors import UnavailableError
 from common.pb import cistern_pb2
+from common.tls import TLS
 from drainer.collector import CollectorClosedError
 
 log = logging.getLogger(__name__)
@@ -85,21 +86,27 @@ class CisternService:
         )
 
 
-def start_cistern_server(collector: Notifiable, addr: str, *, max_workers: int = 4) -> tuple[grpc.Server, int]:
+def start_cistern_server(
+    collector: Notifiable, addr: str, *, max_workers: int = 4, tls: TLS | None = None
+) -> tuple[grpc.Server, int]:
     """Serve `binlog.Cistern` on `addr` ("host:port"; port 0 picks a free one) and start it.
 
-    Returns the server (stop it with `server.stop(grace)`) and the bound port."""
+    With `tls` the port is a TLS port requiring a client certificate signed by the CA, and the
+    cert-allowed-cn list is checked before Notify runs.  Returns the server (stop it with
+    `server.stop(grace)`) and the bound port."""
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="drainer-grpc"),
         options=[("grpc.so_reuseport", 0)],
+        interceptors=None if tls is None else tls.server_interceptors(),
     )
     server.add_generic_rpc_handlers((CisternService(collector).handler(),))
+    creds = None if tls is None else tls.server_credentials()
     try:
-        port = server.add_insecure_port(addr)
+        port = server.add_insecure_port(addr) if creds is None else server.add_secure_port(addr, creds)
     except RuntimeError as exc:
         raise OSError(f"cannot listen on {addr} for binlog.Cistern: {exc}") from exc
     if port == 0:
         raise OSError(f"cannot listen on {addr} for binlog.Cistern")
     server.start()
-    log.info("binlog.Cistern serving on %s (port %d)", addr, port)
+    log.info("binlog.Cistern serving on %s (port %d%s)", addr, port, "" if tls is None else ", TLS")
     return server, port

@@ -12,7 +12,8 @@ Keys are the original `drainer.toml` ones (`[syncer]` lives in `config_syncer`),
 MYSQL_HOST / MYSQL_USER / MYSQL_PSWD / MYSQL_PORT, as in the original; always load a `DrainerConfig`
 through `load_config` / `parse_args` to get that.
 
-Accepted but not honoured: `[security]`, `loopback-control`, db-type kafka / oracle
+`[security]` (TLS for gRPC, etcd and HTTP; common/tls.py) is checked by `check_supported()`.
+Accepted but not honoured: `loopback-control`, db-type kafka / oracle
 and checkpoint type oracle make `check_supported()` raise; `metrics-addr`, `metrics-interval`,
 `cache-binlog-count`, `load-schema-snapshot`, the deprecated `disable-dispatch` / `disable-detect` and the
 kafka keys are listed by `ignored_keys()` when set (the disable-* keys still take effect).
@@ -207,13 +208,10 @@ class DrainerConfig(NodeAddress):
         return [f"config key '{key}' is ignored ({why})" for key, why in found]
 
     def check_supported(self) -> None:
-        """Raise ConfigError for settings this version cannot honour (TLS, kafka, oracle, loopback)."""
+        """Raise ConfigError for settings this version cannot honour (kafka, oracle, loopback), and for
+        `[security]` files that cannot be used (read and checked here, so a bad one exits with status 2)."""
         s = self.syncer
-        if self.security.enabled:
-            raise ConfigError(
-                "[security] ssl-ca / ssl-cert / ssl-key / cert-allowed-cn are set, but TLS is not supported yet; "
-                "remove them to run without TLS"
-            )
+        self.security.load_tls()
         if s.db_type in UNSUPPORTED_DB_TYPES:
             raise ConfigError(
                 f"'syncer.db-type' = {s.db_type!r} is not supported by this version; use mysql, tidb, sqlite or file"

@@ -20,6 +20,7 @@ from typing import Protocol
 
 from common.httpserver import METRICS_CONTENT_TYPE, JsonHandler
 from common.httpserver import StatusServer as BaseStatusServer
+from common.tls import TLS
 
 
 class DrainerHTTPBackend(Protocol):
@@ -62,5 +63,5 @@ class _Handler(JsonHandler):
 
 
 class StatusServer(BaseStatusServer):
-    def __init__(self, backend: DrainerHTTPBackend, addr: str) -> None:
-        super().__init__(backend, addr, _Handler, name="drainer-http")
+    def __init__(self, backend: DrainerHTTPBackend, addr: str, *, tls: TLS | None = None) -> None:
+        super().__init__(backend, addr, _Handler, name="drainer-http", tls=tls)

@@ -11,6 +11,8 @@ repeated across reconnects.
   a message naming the pump and the offset, and the thread stops.
 * `pause()` ends the stream and does not dial again until `resume()` (a paused pump has exited; its
   source stays in the merger, which then waits for it).
+* `tls`: the stream runs over TLS (the pump's certificate checked against the CA, this drainer's
+  certificate presented); the pump is dialled at its registered host:port.
 * `compressor = "gzip"` asks for gzip on the call; the receive size limit is large (2 GiB - 1) as in
   the original.
 * Memory: responses arrive as raw bytes and are read in place (:mod:`drainer.wire`): the binlog's
@@ -33,6 +35,7 @@ from google.protobuf.message import DecodeError
 
 from common.errors import BinlogError, CodecError
 from common.pb import pump_pb2
+from common.tls import TLS, connect_hint
 from drainer.malloc import trim
 from drainer.merger import MergeItem, Merger
 from drainer.wire import pull_entity, split_binlog
@@ -80,6 +83,7 @@ class Puller:
         reconnect_interval: float = DEFAULT_RECONNECT_INTERVAL,
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         metrics: DrainerMetrics | None = None,
+        tls: TLS | None = None,
     ) -> None:
         if compressor not in COMPRESSORS:
             raise ValueError(f"unknown compressor {compressor!r}: use one of {sorted(COMPRESSORS)}")
@@ -93,6 +97,7 @@ class Puller:
         self._compression = COMPRESSORS[compressor]
         self._on_error = on_error
         self._reconnect_interval = reconnect_interval
+        self._credentials = None if tls is None else tls.channel_credentials()
         self._max_message_size = min(max_message_size, 2**31 - 1)
         self._cond = threading.Condition()
         self._paused = False
@@ -207,7 +212,10 @@ class Puller:
         with self._cond:
             addr = self.addr
             offset = self.last_ts
-        channel = grpc.insecure_channel(addr, options=options)
+        if self._credentials is None:
+            channel = grpc.insecure_channel(addr, options=options)
+        else:
+            channel = grpc.secure_channel(addr, self._credentials, options=options)
         try:
             req = pump_pb2.PullBinlogReq(clusterID=self.cluster_id, startFrom=pump_pb2.Pos(offset=offset))
             pull = channel.unary_stream(
@@ -251,6 +259,8 @@ class Puller:
         details_of = getattr(exc, "details", None)
         code = code_of().name if callable(code_of) else type(exc).__name__
         details = details_of() if callable(details_of) else str(exc)
+        if code == "UNAVAILABLE":
+            details += connect_hint(self._credentials is not None)
         level = logging.WARNING if failures == 1 else logging.DEBUG
         log.log(
             level,

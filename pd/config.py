@@ -1,4 +1,8 @@
-"""pd-server configuration: defaults < pd.toml < PD_* environment < flags."""
+"""pd-server configuration: defaults < pd.toml < PD_* environment < flags.
+
+`[security]` as in pump.toml and drainer.toml: TLS for the gRPC TSO server (client certificate required,
+cert-allowed-cn checked) and for the etcd client.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from common.config import Duration
+from common.config.node import SecurityConfig
 from common.errors import ConfigError
 from common.etcd import parse_endpoints
 from common.logsetup import DEFAULT_LOG_FORMAT, LogFormat
@@ -27,6 +32,7 @@ class PDConfig:
     etcd_retry: Duration = field(default=10.0, metadata={"help": "seconds to retry etcd before giving up"})
     log_level: Literal["debug", "info", "warning", "error"] = field(default="info", metadata={"help": "log level"})
     log_format: LogFormat = field(default=DEFAULT_LOG_FORMAT, metadata={"help": "text, or json: one object per line"})
+    security: SecurityConfig = field(default_factory=SecurityConfig)
 
     def validate(self) -> None:
         parse_endpoints(self.pd_urls)

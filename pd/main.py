@@ -3,7 +3,8 @@
     pd-server --pd-urls http://127.0.0.1:2379 --addr 127.0.0.1:2390
 
 Config: defaults < `--config pd.toml` < PD_* environment < flags.  A bad
-value or an unreachable etcd exits with status 2 and one line on stderr.
+value (an unusable `[security]` file too) or an unreachable etcd exits with status 2 and one line on
+stderr.
 SIGTERM / SIGINT stop the server and give up the leader key.
 
 Under systemd (Type=notify): READY=1 once the gRPC port serves and this server holds /pd/leader,
@@ -56,6 +57,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _serve(cfg: PDConfig, systemd: Notifier) -> int:
+    try:
+        tls = cfg.security.load_tls()
+        etcd = EtcdClient(cfg.pd_urls, retry_for=cfg.etcd_retry, tls=tls)
+    except ConfigError as exc:
+        return fail("pd-server", str(exc))
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -67,7 +73,6 @@ def _serve(cfg: PDConfig, systemd: Notifier) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
-    etcd = EtcdClient(cfg.pd_urls, retry_for=cfg.etcd_retry)
     server = PDServer(
         etcd,
         cfg.addr,
@@ -75,6 +80,7 @@ def _serve(cfg: PDConfig, systemd: Notifier) -> int:
         lease_ttl=cfg.lease_ttl,
         campaign_timeout=cfg.campaign_timeout,
         clock_skew_ms=int(os.environ.get(CLOCK_SKEW_ENV, "0") or 0),
+        tls=tls,
     )
     try:
         server.start()

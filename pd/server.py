@@ -6,6 +6,9 @@ etcd keys (see common/pd_client.py):
     /pd/timestamp    decimal ms: upper bound of the TSO window, written only
                      while /pd/leader still holds this term's token
 
+TLS (`tls`, from `[security]`): the gRPC port is a TLS port that requires a client certificate signed by
+the CA, and checks cert-allowed-cn (common/tls.py).
+
 Lifecycle: connect etcd -> ensure cluster id -> bind the gRPC port -> campaign
 for /pd/leader -> load window -> serve -> keep the lease alive.
 
@@ -35,6 +38,7 @@ from common.errors import BinlogError, ConfigError, EtcdUnavailableError, Unavai
 from common.etcd import EtcdClient
 from common.pb import pd_pb2, pd_pb2_grpc
 from common.pd_client import CLUSTER_ID_KEY, LEADER_KEY, TIMESTAMP_KEY, LeaderInfo
+from common.tls import TLS
 from common.tso import now_ms
 from pd.allocator import TsoAllocator
 
@@ -128,8 +132,10 @@ class PDServer:
         lease_ttl: int = DEFAULT_LEASE_TTL,
         campaign_timeout: float = DEFAULT_CAMPAIGN_TIMEOUT,
         clock_skew_ms: int = 0,
+        tls: TLS | None = None,
     ) -> None:
         self._etcd = etcd
+        self._tls = tls
         self._addr = addr
         self._advertise_cfg = advertise_addr
         self._lease_ttl = lease_ttl
@@ -148,13 +154,18 @@ class PDServer:
         host, port = split_host_port(self._addr)
         check_listen_addr("addr", host, port)
         self.cluster_id = ensure_cluster_id(self._etcd)
+        tls = self._tls
         self._grpc = grpc.server(
             futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="pd-grpc"),
             options=[("grpc.so_reuseport", 0)],  # grpc's default would let a second server share the port
+            interceptors=None if tls is None else tls.server_interceptors(),
         )
         pd_pb2_grpc.add_PDServicer_to_server(_Servicer(self), self._grpc)
         try:
-            self.port = self._grpc.add_insecure_port(self._addr)
+            if tls is None:
+                self.port = self._grpc.add_insecure_port(self._addr)
+            else:
+                self.port = self._grpc.add_secure_port(self._addr, tls.server_credentials())
         except RuntimeError as exc:
             raise ConfigError(f"addr: cannot listen on {self._addr}: {exc}") from exc
         if self.port == 0:
@@ -162,7 +173,13 @@ class PDServer:
         self.advertise = self._advertise_cfg or f"{host}:{self.port}"
         self._grpc.start()  # serves UNAVAILABLE until the campaign is won
         self._campaign(deadline=time.monotonic() + self._campaign_timeout)
-        log.info("pd-server serving cluster %d at %s (pid %d)", self.cluster_id, self.advertise, os.getpid())
+        log.info(
+            "pd-server serving cluster %d at %s%s (pid %d)",
+            self.cluster_id,
+            self.advertise,
+            "" if tls is None else " with TLS",
+            os.getpid(),
+        )
         for target, name in ((self._tick_loop, "pd-tick"), (self._lease_loop, "pd-lease")):
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()

@@ -1,7 +1,8 @@
 """`PumpApp`: builds and wires one pump (storage, resolver, registry node, gRPC, HTTP, background).
 
 Start-up (`start()`), reference §1.7:
-    etcd + TSO client, cluster id -> node id -> resolver (None without `[upstream] txn-status-dsn`: the
+    `[security]` loaded (TLS for etcd, pd-server, drainers' Notify, gRPC and HTTP, or none)
+    -> etcd + TSO client, cluster id -> node id -> resolver (None without `[upstream] txn-status-dsn`: the
     storage then skips resolve passes; warned once) -> metrics -> storage (reporting to the metrics'
     StorageMetrics observer) -> servicer, gRPC bound
     -> HTTP serving -> register `online` -> Notify every online drainer if this pump is new or was
@@ -41,6 +42,7 @@ from common.etcd import EtcdClient
 from common.pb import binlog_pb2
 from common.pd_client import TSOClient
 from common.registry import NodeKind, NodeState, NodeStatus, Registry, status_labels
+from common.tls import TLS
 from pump.background import Background, write_fake_binlog
 from pump.config import PumpConfig
 from pump.http_api import StatusServer
@@ -127,6 +129,7 @@ class PumpApp:
         self._close_lock = threading.Lock()
         self._closed = False
         self.clock = ApproxClock()
+        self.tls: TLS | None = None
         self.etcd: EtcdClient | None = None
         self.tso: TSOClient | None = None
         self.registry: Registry | None = None
@@ -151,7 +154,10 @@ class PumpApp:
 
     def _start(self) -> None:
         cfg = self.cfg
-        self.etcd = EtcdClient(cfg.pd_urls)
+        self.tls = tls = cfg.security.load_tls()
+        if tls is not None:
+            log.info("TLS on for gRPC, etcd and HTTP (CA %s, certificate %s)", tls.files.ca, tls.files.cert)
+        self.etcd = EtcdClient(cfg.pd_urls, tls=tls)
         self.tso = TSOClient(self.etcd)
         self.registry = Registry(self.etcd)
         self.cluster_id = self.tso.cluster_id
@@ -176,6 +182,7 @@ class PumpApp:
             max_commit_ts=storage.max_commit_ts,
             heartbeat_interval=cfg.heartbeat_interval,
             notify_policy=self._notify_policy,
+            tls=tls,
             score=PumpScore(
                 self.metrics.storage.write_latency, storage.status, cfg.storage.stop_write_at_available_space
             ),
@@ -187,8 +194,10 @@ class PumpApp:
             self.metrics,
             max_inflight_write_bytes=cfg.storage.max_inflight_write_bytes,
         )
-        self.grpc = GrpcServer(self.service, cfg.addr, socket=cfg.socket, max_message_size=cfg.max_message_size)
-        self.http = StatusServer(self, cfg.status_addr)
+        self.grpc = GrpcServer(
+            self.service, cfg.addr, socket=cfg.socket, max_message_size=cfg.max_message_size, tls=tls
+        )
+        self.http = StatusServer(self, cfg.status_addr, tls=tls)
         self.http.start()
         node.labels = status_labels(self.http.addr, cfg.advertise)
 

@@ -22,7 +22,7 @@ The original's deprecated keys (`binlog-file-size`, `enable-binlog-slice`, `binl
 `log-rotate`) and its push-gateway flags (`metrics-addr`, `metrics-interval`) are accepted and ignored;
 `PumpConfig.ignored_keys()` lists the ones that are set so `main` can warn about them.
 `[storage.kv]` keys are accepted and advisory: the plyvel index keeps its own tuning.
-`[security]` is parsed and kept, but TLS is a later issue: `check_supported()` refuses it.
+`[security]` turns on TLS for gRPC, etcd and HTTP (common/tls.py); `check_supported()` checks its files.
 """
 
 from __future__ import annotations
@@ -266,12 +266,9 @@ class PumpConfig(NodeAddress):
         ]
 
     def check_supported(self) -> None:
-        """Raise ConfigError for settings this version cannot honour (TLS)."""
-        if self.security.enabled:
-            raise ConfigError(
-                "[security] ssl-ca / ssl-cert / ssl-key / cert-allowed-cn are set, but TLS is not supported yet; "
-                "remove them to run without TLS"
-            )
+        """Raise ConfigError for `[security]` files that cannot be used (read and checked here, so a bad
+        one exits with status 2 before anything starts)."""
+        self.security.load_tls()
 
 
 # ----------------------------------------------------------------------------------------------- loading

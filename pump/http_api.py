@@ -30,6 +30,7 @@ from common.httpserver import METRICS_CONTENT_TYPE, JsonHandler
 from common.httpserver import StatusServer as BaseStatusServer
 from common.pb import binlog_pb2
 from common.registry import NodeStatus
+from common.tls import TLS
 from pump.storage.api import StorageStatus
 
 log = logging.getLogger(__name__)
@@ -160,5 +161,5 @@ class _Handler(JsonHandler):
 class StatusServer(BaseStatusServer):
     """The pump's HTTP API on its own thread; `stop()` shuts it down and joins every thread."""
 
-    def __init__(self, backend: PumpHTTPBackend, addr: str) -> None:
-        super().__init__(backend, addr, _Handler, name="pump-http")
+    def __init__(self, backend: PumpHTTPBackend, addr: str, *, tls: TLS | None = None) -> None:
+        super().__init__(backend, addr, _Handler, name="pump-http", tls=tls)

@@ -38,6 +38,7 @@ from common.errors import BinlogError
 from common.httpserver import HTTPActionError
 from common.pb import cistern_pb2, cistern_pb2_grpc
 from common.registry import NodeKind, NodeState, NodeStatus, Registry
+from common.tls import TLS, connect_hint
 
 log = logging.getLogger(__name__)
 
@@ -152,13 +153,14 @@ class NotifyPolicy:
         return share if share > 0 else self.timeout / attempts
 
 
-def notify_drainer(host: str, policy: NotifyPolicy) -> None:
-    """Call Notify on the drainer at `host`; raises NotifyError when every try failed."""
+def notify_drainer(host: str, policy: NotifyPolicy, tls: TLS | None = None) -> None:
+    """Call Notify on the drainer at `host` (over TLS with `tls`); raises NotifyError when every try failed."""
     deadline = time.monotonic() + policy.timeout
     per_attempt = policy.per_attempt()
     delay = policy.backoff
     last = "no attempt"
-    with grpc.insecure_channel(host) as channel:
+    channel = grpc.insecure_channel(host) if tls is None else grpc.secure_channel(host, tls.channel_credentials())
+    with channel:
         stub = cistern_pb2_grpc.CisternStub(channel)
         for attempt in range(1, policy.attempts + 1):
             remaining = deadline - time.monotonic()
@@ -169,7 +171,7 @@ def notify_drainer(host: str, policy: NotifyPolicy) -> None:
                 stub.Notify(cistern_pb2.NotifyReq(), timeout=timeout, wait_for_ready=True)
                 return
             except grpc.RpcError as exc:
-                last = _rpc_error(exc)
+                last = _rpc_error(exc, tls is not None)
                 log.warning("notify drainer at %s failed (try %d/%d): %s", host, attempt, policy.attempts, last)
             if attempt < policy.attempts:
                 time.sleep(max(0.0, min(delay, deadline - time.monotonic())))
@@ -177,11 +179,12 @@ def notify_drainer(host: str, policy: NotifyPolicy) -> None:
     raise NotifyError(f"notify drainer at {host} failed: {last}")
 
 
-def _rpc_error(exc: grpc.RpcError) -> str:
+def _rpc_error(exc: grpc.RpcError, tls_enabled: bool) -> str:
     code = getattr(exc, "code", None)
     details = getattr(exc, "details", None)
     if callable(code) and callable(details):
-        return f"{code().name}: {details()}"
+        hint = connect_hint(tls_enabled) if code() is grpc.StatusCode.UNAVAILABLE else ""
+        return f"{code().name}: {details()}{hint}"
     return str(exc)
 
 
@@ -203,6 +206,7 @@ class PumpNode:
         heartbeat_interval: float,
         notify_policy: NotifyPolicy | None = None,
         score: Callable[[], int] | None = None,
+        tls: TLS | None = None,
     ) -> None:
         self._registry = registry
         self._tso = tso
@@ -214,6 +218,7 @@ class PumpNode:
         self._max_commit_ts = max_commit_ts
         self._heartbeat_interval = heartbeat_interval
         self._notify_policy = notify_policy or NotifyPolicy()
+        self._tls = tls
         self._score = score
         self._lock = threading.Lock()
         self._state = NodeState.OFFLINE
@@ -303,7 +308,7 @@ class PumpNode:
         drainers = [d for d in self._registry.list(NodeKind.DRAINER) if d.state is NodeState.ONLINE]
         for drainer in drainers:
             try:
-                notify_drainer(drainer.host, self._notify_policy)
+                notify_drainer(drainer.host, self._notify_policy, self._tls)
             except NotifyError as exc:
                 raise NotifyError(f"drainer {drainer.node_id}: {exc}") from exc
             log.info("notified drainer %s at %s", drainer.node_id, drainer.host)

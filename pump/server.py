@@ -63,6 +63,7 @@ from google.protobuf.message import DecodeError
 from common.errors import BinlogError, NoSpaceError, StorageClosedError
 from common.pb import binlog_pb2, gogo, pump_pb2
 from common.registry import NodeState
+from common.tls import TLS
 from pump.metrics import FAIL, PULL_BINLOGS, SUCC, WRITE_BINLOG, PumpMetrics
 from pump.storage.api import PumpStorage
 
@@ -555,7 +556,10 @@ def _pass_through(data: bytes) -> bytes:
 
 class GrpcServer:
     """The pump's gRPC server: binlog.Pump on `addr` (and on a unix socket when given), served by a
-    `grpc.aio` server on its own event loop thread, with a thread pool of `workers`."""
+    `grpc.aio` server on its own event loop thread, with a thread pool of `workers`.
+
+    With `tls` both listeners are TLS (as the original's one set of server credentials): a client
+    certificate signed by the CA is required, and cert-allowed-cn is checked by an interceptor."""
 
     def __init__(
         self,
@@ -565,6 +569,7 @@ class GrpcServer:
         socket: str = "",
         max_message_size: int,
         workers: int = GRPC_WORKERS,
+        tls: TLS | None = None,
     ) -> None:
         self._executor = futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pump-grpc")
         self._loop = asyncio.new_event_loop()
@@ -575,7 +580,7 @@ class GrpcServer:
         self._started = False
         self._stopped = False
         try:
-            self._server, self.port = self._call(self._build(service, addr, socket, max_message_size, workers))
+            self._server, self.port = self._call(self._build(service, addr, socket, max_message_size, workers, tls=tls))
         except BaseException:
             self._close_loop()
             raise
@@ -594,11 +599,12 @@ class GrpcServer:
 
     @staticmethod
     async def _build(
-        service: PumpService, addr: str, socket: str, max_message_size: int, workers: int
+        service: PumpService, addr: str, socket: str, max_message_size: int, workers: int, *, tls: TLS | None
     ) -> tuple[grpc.aio.Server, int]:
         size = min(max_message_size, _GRPC_INT_MAX)
         server = grpc.aio.server(
             maximum_concurrent_rpcs=workers,
+            interceptors=None if tls is None else tls.aio_server_interceptors(),
             options=[
                 ("grpc.max_receive_message_length", size),
                 ("grpc.max_send_message_length", size),
@@ -608,15 +614,16 @@ class GrpcServer:
         handlers = service.method_handlers()
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
         server.add_registered_method_handlers(SERVICE_NAME, handlers)  # type: ignore[attr-defined]
-        port = GrpcServer._bind(server, addr)
+        creds = None if tls is None else tls.server_credentials()
+        port = GrpcServer._bind(server, addr, creds)
         if socket:
-            GrpcServer._bind(server, f"unix:{socket}")
+            GrpcServer._bind(server, f"unix:{socket}", creds)
         return server, port
 
     @staticmethod
-    def _bind(server: grpc.aio.Server, addr: str) -> int:
+    def _bind(server: grpc.aio.Server, addr: str, creds: grpc.ServerCredentials | None) -> int:
         try:
-            port = server.add_insecure_port(addr)
+            port = server.add_insecure_port(addr) if creds is None else server.add_secure_port(addr, creds)
         except RuntimeError as exc:
             raise BinlogError(f"cannot listen on {addr}: {exc}") from None
         if port == 0:

@@ -10,6 +10,10 @@ by pump_client/payload.py; a big prewrite can be handed over already marshalled,
 (`write_encoded_binlog`), so it is copied once, into the request.  A prewrite whose request would
 exceed `max_message_size` is refused before sending (BinlogTooLargeError).
 
+TLS: `tls` (a loaded `common.tls.TLS`, or `TLSFiles` paths read at construction, ConfigError naming an
+unusable file) is used for etcd and for every pump, as TiDB's one `[security]` section is; pumps are
+dialled at their registered host:port and their certificates must name it.
+
 Changes from the original: unknown strategy names are an error (not silently `range`); `hash` is stable
 (sorted node ids); `score` works (weights published by the pumps); the start_ts map is per client and
 bounded; commits can be sent in the background (`write_binlog_async`); everything is closed by `close()`.
@@ -28,10 +32,11 @@ from concurrent.futures import Future
 from typing import Final
 
 from common.errors import ConfigError, EtcdUnavailableError, TSOError
-from common.etcd import EtcdClient, PrefixWatcher, TLSFiles
+from common.etcd import EtcdClient, PrefixWatcher
 from common.pb import binlog_pb2, gogo, pump_pb2
 from common.pd_client import CLUSTER_ID_KEY, read_cluster_id
 from common.registry import NodeChange, NodeKind, Registry
+from common.tls import TLS, TLSFiles
 from pump_client.commit import CommitJob
 from pump_client.dispatch import DEFAULT_MAX_PENDING, DEFAULT_WORKERS, Dispatcher
 from pump_client.errors import BinlogTooLargeError, ClientClosedError, NoPumpError, PumpClientError, PumpFullError
@@ -77,7 +82,7 @@ class PumpsClient:
         retry_interval: float = DEFAULT_RETRY_INTERVAL,
         probe_interval: float = DEFAULT_PROBE_INTERVAL,
         max_err_nums: int = DEFAULT_MAX_ERR_NUMS,
-        tls: TLSFiles | None = None,
+        tls: TLS | TLSFiles | None = None,
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         max_tracked_txns: int = DEFAULT_MAX_TRACKED_TXNS,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
@@ -104,6 +109,9 @@ class PumpsClient:
         self._prober: threading.Thread | None = None
         self._dispatcher: Dispatcher | None = None
         self._max_message_size = max_message_size
+        if isinstance(tls, TLSFiles):
+            tls = TLS.load(tls, name=_tls_setting)
+        self.tls = tls
         self._transport = PumpTransport(tls=tls, max_message_size=max_message_size, retire_after=write_timeout + 5.0)
         self._etcd = EtcdClient(etcd_urls, tls=tls, retry_for=connect_timeout)
         try:
@@ -428,3 +436,7 @@ class PumpsClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _tls_setting(key: str) -> str:
+    return f"pump client TLS {key}"

@@ -3,6 +3,9 @@
 This is the client's only gRPC boundary: a failed call becomes an `AttemptError` carrying the status
 code (the retry policy decides what it means).  Calls do not wait for a connection
 (`wait_for_ready=False`), so a dead pump fails at once with UNAVAILABLE instead of eating the deadline.
+With `tls`, every channel is a TLS channel (the pumps' certificates are checked against the CA, and the
+client's certificate is presented).  An UNAVAILABLE error says that TLS may be the cause: grpcio reports a
+plaintext call to a TLS pump, or a handshake the pump refused, only as "Socket closed".
 
 Reconnect: grpcio's channel backs off between connection attempts (up to minutes), so after a pump
 restarts the client recreates the channel instead (`reset`).  Every channel has a generation; a reset
@@ -20,9 +23,8 @@ from dataclasses import dataclass
 
 import grpc
 
-from common.errors import ConfigError
-from common.etcd import TLSFiles
 from common.pb import pump_pb2, pump_pb2_grpc
+from common.tls import TLS, connect_hint
 
 log = logging.getLogger(__name__)
 
@@ -57,29 +59,17 @@ class _Conn:
     generation: int
 
 
-def _read(path: str | None) -> bytes | None:
-    if path is None:
-        return None
-    try:
-        with open(path, "rb") as fh:
-            return fh.read()
-    except OSError as exc:
-        raise ConfigError(f"pump client: cannot read TLS file {path!r}: {exc}") from exc
-
-
 class PumpTransport:
     """Channels to pump addresses; thread-safe."""
 
     def __init__(
         self,
         *,
-        tls: TLSFiles | None = None,
+        tls: TLS | None = None,
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         retire_after: float = 30.0,
     ) -> None:
-        self._credentials = (
-            None if tls is None else grpc.ssl_channel_credentials(_read(tls.ca), _read(tls.key), _read(tls.cert))
-        )
+        self._credentials = None if tls is None else tls.channel_credentials()
         self._options = [
             ("grpc.max_send_message_length", max_message_size),
             ("grpc.max_receive_message_length", 4 * 1024**2),
@@ -122,6 +112,8 @@ class PumpTransport:
         except grpc.RpcError as exc:
             code = exc.code() if callable(getattr(exc, "code", None)) else None
             details = exc.details() if callable(getattr(exc, "details", None)) else str(exc)
+            if code is grpc.StatusCode.UNAVAILABLE:
+                details = f"{details or ''}{connect_hint(self._credentials is not None)}"
             raise AttemptError(code, details or "", conn.generation) from None
         except ValueError as exc:  # the channel was closed under us (client closing)
             raise AttemptError(None, str(exc), conn.generation) from None

@@ -9,7 +9,7 @@ Commands (reference §4.2; options in tools/binlogctl_options.py, output in tool
                             republishes its own state with its next heartbeat). One etcd compare-and-put
                             against the value read, so a concurrent heartbeat is never half-overwritten
     pause-* | offline-*  --node-id ID
-                            PUT http://<status addr>/state/<ID>/pause|close on the node itself and print
+                            PUT http(s)://<status addr>/state/<ID>/pause|close on the node itself and print
                             its answer. The node's etcd `host` is its gRPC address; its HTTP API is on its
                             own status-addr (DESIGN §4), found in this order: --status-addr; the node's
                             label `status-addr` (`label.labels`) if it publishes one; for a node on the
@@ -18,6 +18,9 @@ Commands (reference §4.2; options in tools/binlogctl_options.py, output in tool
     generate_meta           a fresh TSO from pd-server (found through etcd at --pd-urls), written to
                             `<data-dir>/savepoint` (temp file, fsync, rename) for a drainer's file checkpoint
     encrypt --text T        print T encrypted for `encrypted_password` (common/encrypt.py)
+
+TLS: with --ssl-ca (and --ssl-cert / --ssl-key, which servers requiring a client certificate need), etcd,
+pd-server and the nodes' HTTP APIs are reached over TLS (https), as the original.
 
 Exit status: 0 done; 1 the operation failed (unknown node id, etcd or pd-server unreachable, the node
 refused or cannot be reached); 2 bad command line. Every failure is one line on stderr, and a refused
@@ -45,6 +48,7 @@ from common.errors import BinlogError, ConfigError, RegistryError
 from common.etcd import EtcdClient
 from common.pd_client import LEADER_KEY, TSOClient, read_leader
 from common.registry import NodeKind, NodeState, NodeStatus, Registry
+from common.tls import TLS
 from tools.binlogctl_options import (
     ACTION_COMMANDS,
     LIST_COMMANDS,
@@ -143,13 +147,18 @@ def status_addr_of(kind: NodeKind, status: NodeStatus, override: str = "") -> st
     return None
 
 
-def apply_action(kind: NodeKind, status: NodeStatus, action: str, addr: str, timeout: float) -> str:
-    """PUT /state/<id>/<action> on the node; its message on success, CommandError with its answer otherwise."""
+def apply_action(
+    kind: NodeKind, status: NodeStatus, action: str, addr: str, timeout: float, *, tls: TLS | None = None
+) -> str:
+    """PUT /state/<id>/<action> on the node (HTTPS with `tls`); its message on success, CommandError with
+    its answer otherwise."""
     noun, node_id = _noun(kind), status.node_id
-    url = f"http://{addr}/state/{urllib.parse.quote(node_id, safe='')}/{action}"
+    scheme = "http" if tls is None else "https"
+    url = f"{scheme}://{addr}/state/{urllib.parse.quote(node_id, safe='')}/{action}"
     request = urllib.request.Request(url, method="PUT")
+    context = None if tls is None else tls.client_ssl_context()
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as resp:
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as resp:
             body = resp.read()
     except urllib.error.HTTPError as exc:
         answer = _message(exc.read()) or exc.reason
@@ -209,7 +218,7 @@ class Ctl:
     def etcd(self) -> EtcdClient:
         if self._etcd is None:
             t = self.opts.timeout
-            self._etcd = EtcdClient(self.opts.pd_urls, timeout=max(t / 2, 0.5), retry_for=t)
+            self._etcd = EtcdClient(self.opts.pd_urls, timeout=max(t / 2, 0.5), retry_for=t, tls=self.opts.tls)
         return self._etcd
 
     def run(self) -> int:
@@ -250,7 +259,7 @@ class Ctl:
                 f"{_noun(kind)} {opts.node_id!r} (gRPC {status.host}) does not publish its HTTP status address: "
                 f"pass --status-addr HOST:PORT (its status-addr)"
             )
-        message = apply_action(kind, status, action, addr, opts.timeout)
+        message = apply_action(kind, status, action, addr, opts.timeout, tls=opts.tls)
         self.out.write(f"{_noun(kind)} {opts.node_id} at {addr}: {message}\n")
 
     def generate_meta(self) -> None:

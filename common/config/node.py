@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from common.errors import ConfigError
 from common.etcd import parse_endpoints
+from common.tls import TLS, from_security
 
 
 def validate_host_port(value: str) -> None:
@@ -20,16 +21,28 @@ def validate_etcd_urls(value: str) -> None:
 
 @dataclass(frozen=True)
 class SecurityConfig:
-    """`[security]`: parsed and kept; TLS itself is not supported yet (the node's `check_supported` refuses it)."""
+    """`[security]`: TLS for every connection of the node (common/tls.py); all empty = plaintext.
 
-    ssl_ca: str = field(default="", metadata={"help": "CA certificate file (TLS: not supported yet)"})
-    ssl_cert: str = field(default="", metadata={"help": "certificate file (TLS: not supported yet)"})
-    ssl_key: str = field(default="", metadata={"help": "private key file (TLS: not supported yet)"})
-    cert_allowed_cn: tuple[str, ...] = field(default=(), metadata={"help": "allowed peer certificate CNs"})
+    With ssl-ca set, the node's gRPC server, its HTTP status server, its gRPC clients and its etcd
+    client all use TLS with these files, and its servers require a client certificate signed by
+    ssl-ca; a non-empty cert-allowed-cn also requires that certificate's CN to be on the list."""
+
+    ssl_ca: str = field(default="", metadata={"help": "CA certificate file (PEM): enables TLS everywhere"})
+    ssl_cert: str = field(default="", metadata={"help": "this node's certificate file (PEM)"})
+    ssl_key: str = field(default="", metadata={"help": "this node's private key file (PEM, no passphrase)"})
+    cert_allowed_cn: tuple[str, ...] = field(
+        default=(), metadata={"help": "client certificate CNs the servers accept (empty: any the CA signed)"}
+    )
 
     @property
     def enabled(self) -> bool:
         return bool(self.ssl_ca or self.ssl_cert or self.ssl_key or self.cert_allowed_cn)
+
+    def load_tls(self, *, require_cert: bool = True) -> TLS | None:
+        """The files read and checked (ConfigError naming the key and the file), or None without TLS.
+
+        A server node needs its own certificate and key (`require_cert`)."""
+        return from_security(self, require_cert=require_cert)
 
 
 class NodeAddress:

@@ -24,7 +24,7 @@ from common.pb import binlog_pb2
 from common.pd_client import TSOClient, read_cluster_id
 from pump_client import PumpsClient
 from tests.functional.pumputil import PumpClient
-from tools.localcluster import DrainerProcess, EtcdProcess, PDProcess, PumpProcess
+from tools.localcluster import DrainerProcess, EtcdProcess, PDProcess, PumpProcess, TLSSettings
 from tools.procs import ManagedProcess, wait_for
 from upstream.database import Database
 
@@ -90,19 +90,32 @@ def fork_safe(proc: ManagedProcess) -> None:
 
 
 class Cluster:
-    def __init__(self, tmp: Path, mysql: MySQLDSN | None, *, pumps: int = 2, fork_safe: bool = False) -> None:
-        """`fork_safe`: spawn every process with `fork_safe()` (needed when gRPC is busy in this process)."""
+    def __init__(
+        self,
+        tmp: Path,
+        mysql: MySQLDSN | None,
+        *,
+        pumps: int = 2,
+        fork_safe: bool = False,
+        tls: TLSSettings | None = None,
+    ) -> None:
+        """`fork_safe`: spawn every process with `fork_safe()` (needed when gRPC is busy in this process).
+
+        `tls`: every process (etcd with client-cert-auth, pd-server, pumps, drainers) runs with these
+        certificates, and this process's clients (etcd, TSO, the writer) use them too."""
         self.tmp = tmp
         self.mysql = mysql
         self.fork_safe = fork_safe
+        self.tls_settings = tls
+        self.tls = None if tls is None else tls.client()
         client_port, peer_port = distinct_ports(2)
-        self.etcd_server = EtcdProcess(tmp, client_port=client_port, peer_port=peer_port)
+        self.etcd_server = EtcdProcess(tmp, client_port=client_port, peer_port=peer_port, tls=tls)
         self._spawnable(self.etcd_server.process)
         self.etcd_server.start()
-        self.pd = PDProcess(tmp, self.etcd_server.url)
+        self.pd = PDProcess(tmp, self.etcd_server.url, tls=tls)
         self._spawnable(self.pd.process)
         self.pd.start()
-        self.etcd = EtcdClient(self.etcd_server.url)
+        self.etcd = EtcdClient(self.etcd_server.url, tls=self.tls)
         cid = read_cluster_id(self.etcd)
         assert cid is not None
         self.cluster_id = cid
@@ -127,7 +140,13 @@ class Cluster:
         args = [*PUMP_FAST, "--upstream.txn-status-dsn", self.upstream_dsn, "--storage.resolve-interval", "0.5", *extra]
         grpc_port, status_port = distinct_ports(2)
         p = PumpProcess(
-            self.tmp, self.etcd_server.url, name=name, extra_args=args, grpc_port=grpc_port, status_port=status_port
+            self.tmp,
+            self.etcd_server.url,
+            name=name,
+            extra_args=args,
+            grpc_port=grpc_port,
+            status_port=status_port,
+            tls=self.tls_settings,
         )
         self._spawnable(p.process)
         self.pumps.append(p)
@@ -152,7 +171,13 @@ class Cluster:
         args += list(extra)
         grpc_port, status_port = distinct_ports(2)
         d = DrainerProcess(
-            self.tmp, self.etcd_server.url, name=name, extra_args=args, grpc_port=grpc_port, status_port=status_port
+            self.tmp,
+            self.etcd_server.url,
+            name=name,
+            extra_args=args,
+            grpc_port=grpc_port,
+            status_port=status_port,
+            tls=self.tls_settings,
         )
         self._spawnable(d.process)
         self.drainers.append(d)
@@ -169,9 +194,9 @@ class Cluster:
     # ---------------------------------------------------------------------------------- writer
     def writer(self, client: Any | None = None, **client_kw: Any) -> Database:
         if client is None:
-            client = PumpsClient(self.etcd_server.url, **client_kw)
+            client = PumpsClient(self.etcd_server.url, tls=self.tls, **client_kw)
         self.clients.append(client)
-        db = Database(self.etcd_server.url, self.upstream_dsn, client=client)
+        db = Database(self.etcd_server.url, self.upstream_dsn, client=client, tls=self.tls)
         self.dbs.append(db)
         return db
 

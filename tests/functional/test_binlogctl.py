@@ -332,7 +332,7 @@ def static_registry(etcd: EtcdClient) -> Registry:
         (["update-pump", "--node-id", "p1"], 2, "update-pump needs --state"),
         (["pause-pump", "--node-id", "p1"], 1, "pump 'p1' (gRPC 127.0.0.1:1) does not publish its HTTP status"),
         (["pause-pump", "--node-id", "p1", "--status-addr", "127.0.0.1:{closed}"], 1, "cannot reach pump 'p1'"),
-        (["update-pump", "--node-id", "p1", "--state", "paused", "--ssl-ca", "ca.pem"], 2, "TLS is not supported"),
+        (["update-pump", "--node-id", "p1", "--state", "paused", "--ssl-ca", "/no/ca.pem"], 2, "--ssl-ca: cannot read"),
     ],
 )
 def test_bad_input_fails_in_one_line_and_changes_nothing(

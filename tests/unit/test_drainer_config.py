@@ -223,7 +223,8 @@ def test_ignored_keys_are_accepted_and_listed(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        ({"security.ssl-ca": "ca.pem"}, "TLS is not supported yet"),
+        ({"security.ssl-ca": "ca.pem"}, r"\[security\] ssl-ca is set but \[security\] ssl-cert and"),
+        ({"security.cert-allowed-cn": "a"}, r"\[security\] cert-allowed-cn is set but \[security\] ssl-ca is not"),
         ({"syncer.db-type": "kafka"}, r"'syncer.db-type' = 'kafka' is not supported"),
         ({"syncer.db-type": "oracle"}, r"'syncer.db-type' = 'oracle' is not supported"),
         ({"syncer.loopback-control": "true"}, r"'syncer.loopback-control' is not supported yet"),

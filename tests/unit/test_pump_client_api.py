@@ -9,7 +9,7 @@ import pytest
 
 import pump_client
 from common.errors import BinlogError, ConfigError, ResourceExhaustedError
-from common.etcd import TLSFiles
+from common.tls import TLSFiles
 from pump.config import DEFAULT_MAX_MESSAGE_SIZE as PUMP_MAX_MESSAGE_SIZE
 from pump_client import NoPumpError, PumpClientError, PumpFullError, PumpsClient
 from pump_client.transport import DEFAULT_MAX_MESSAGE_SIZE
@@ -80,5 +80,5 @@ def test_bad_etcd_url_is_a_config_error() -> None:
 
 
 def test_unreadable_tls_files_are_a_config_error(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="cannot read TLS file"):
+    with pytest.raises(ConfigError, match=r"pump client TLS ssl-ca: cannot read '.*missing-ca\.pem'"):
         PumpsClient(UNUSED_URL, tls=TLSFiles(ca=str(tmp_path / "missing-ca.pem")))

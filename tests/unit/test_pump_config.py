@@ -179,16 +179,21 @@ def test_gen_binlog_pull_interval_spellings_and_off(tmp_path: Path) -> None:
     assert cfg.gen_binlog_pull_interval == 0.0  # off: fake binlogs only every gen-binlog-interval
 
 
-def test_tls_is_refused_with_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    file = toml(tmp_path, '[security]\nssl-ca = "ca.pem"\ncert-allowed-cn = ["a", "b"]\n')
+def test_unusable_tls_files_exit_2_naming_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "ca.pem"
+    file = toml(tmp_path, f'[security]\nssl-ca = "{missing}"\ncert-allowed-cn = ["a", "b"]\n')
     cfg = load_config(file, env={})
     assert cfg.security.cert_allowed_cn == ("a", "b")
-    with pytest.raises(ConfigError, match="TLS is not supported yet"):
-        cfg.check_supported()
+    with pytest.raises(ConfigError, match=r"\[security\] ssl-ca is set but \[security\] ssl-cert and"):
+        cfg.check_supported()  # a server needs its own certificate
     with pytest.raises(SystemExit) as excinfo:
         pump_main.main(["--config", str(file)])
     assert excinfo.value.code == 2
-    assert "TLS is not supported yet" in capsys.readouterr().err
+    assert "ssl-cert and [security] ssl-key are not" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as excinfo:
+        pump_main.main(["--config", str(file), "--security.ssl-cert", "c.pem", "--security.ssl-key", "k.pem"])
+    assert excinfo.value.code == 2
+    assert f"[security] ssl-ca: cannot read '{missing}'" in capsys.readouterr().err
 
 
 def test_print_config_round_trips(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
