@@ -1,0 +1,1 @@
+"""`binlog-spark replay`: binlog history -> final image per row -> a downstream (MySQL, sqlite, parquet)."""

@@ -1,0 +1,283 @@
+"""`binlog-spark replay`: orchestration, progress and the final summary (the I/O edge of replay).
+
+    1 index    pass 1 over every byte range: commits (pumps) or DDL records (file sink); damage counted
+    2 schema   DDL history ordered, each job's effective time, final schema at stop-ts, tables wanted
+    3 decode   pass 2: committed row changes in the window, decoded with the schema of their time,
+               compacted to the final image per (table, key); materialized once (cached)
+    4 ddl      the target's databases and tables created at their final schema
+    5 write    final rows written in parallel per partition, tombstones deleted
+
+Every stage prints one line when it ends (what it did, how long it took); Spark's own progress bar
+shows the tasks of the running stage.  The summary table at the end gives rows written and deleted
+per table; damage (skipped records, transactions that did not decode) is listed under it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from common.schema.infoschema import InfoSchema
+from common.schema.model import Job
+from spark_jobs.errors import InputError
+from spark_jobs.readers.damage import DamageReport, damage_accumulator
+from spark_jobs.readers.ranges import DEFAULT_SPLIT_SIZE, FileRange
+from spark_jobs.replay.compact import compact
+from spark_jobs.replay.ddl import ScheduledJob, effective_times, final_schema, match_ddl_queries
+from spark_jobs.replay.target import MySQLTarget, ParquetTarget, SqliteTarget, Target
+from spark_jobs.replay.write import DEFAULT_BATCH_ROWS, FinalTable, WritePlan, prepare_target, write_partition
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["Decoded", "ReplayOptions", "ReplaySummary", "read_decode_compact", "run_replay"]
+
+log = logging.getLogger(__name__)
+
+Out = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    target: Target | None
+    pump_dirs: tuple[str, ...] = ()
+    files_dir: str | None = None
+    pd_urls: str | None = None
+    ddl_file: str | None = None
+    start_ts: int | None = None
+    stop_ts: int | None = None
+    tables: tuple[str, ...] = ()
+    """`db.table` names (final names, at stop-ts) to replay; empty: every table."""
+    split_size: int = DEFAULT_SPLIT_SIZE
+    batch_rows: int = DEFAULT_BATCH_ROWS
+    files_tz: str | None = None
+
+    def check(self) -> None:
+        if bool(self.pump_dirs) == bool(self.files_dir):
+            raise InputError("give exactly one of --from-pumps DIR... and --from-files DIR")
+        if self.start_ts is not None and self.stop_ts is not None and self.start_ts >= self.stop_ts:
+            raise InputError(f"--start-ts {self.start_ts} is not below --stop-ts {self.stop_ts}")
+        for name in self.tables:
+            db, sep, table = name.partition(".")
+            if not sep or not db or not table:
+                raise InputError(f"--tables {name!r}: expected db.table")
+
+
+@dataclass
+class Stage:
+    name: str
+    seconds: float
+    detail: str
+
+
+@dataclass
+class ReplaySummary:
+    target: str
+    stages: list[Stage] = field(default_factory=list)
+    tables: list[tuple[str, int, int]] = field(default_factory=list)
+    damage: DamageReport = field(default_factory=DamageReport)
+    decode_errors: DamageReport = field(default_factory=DamageReport)
+    changes: int = 0
+    final_rows: int = 0
+
+    @property
+    def written(self) -> int:
+        return sum(w for _, w, _ in self.tables)
+
+    @property
+    def deleted(self) -> int:
+        return sum(d for _, _, d in self.tables)
+
+    def render(self) -> str:
+        width = max([len("table"), *(len(n) for n, _, _ in self.tables)])
+        lines = [f"replay summary ({self.target})", f"  {'table':<{width}}  {'rows written':>12}  {'rows deleted':>12}"]
+        for name, w, d in self.tables:
+            lines.append(f"  {name:<{width}}  {w:>12,}  {d:>12,}")
+        lines.append(f"  {'total':<{width}}  {self.written:>12,}  {self.deleted:>12,}")
+        if not self.damage.empty:
+            lines += ["damaged input:", *("  " + x for x in self.damage.lines())]
+        if not self.decode_errors.empty:
+            lines += ["transactions / events that did not decode:", *("  " + x for x in self.decode_errors.lines())]
+        return "\n".join(lines)
+
+
+@dataclass
+class Decoded:
+    """What stages 1-3 produce."""
+
+    final: DataFrame
+    """Compacted rows (`replay.compact.FINAL_COLUMNS`), cached and counted."""
+    tables: list[FinalTable]
+    schema: InfoSchema
+    changes: int
+    final_rows: int
+    damage: DamageReport
+    decode_errors: DamageReport
+
+
+class _Clock:
+    def __init__(self, summary: ReplaySummary, out: Out, total: int) -> None:
+        self.summary = summary
+        self.out = out
+        self.total = total
+        self.began = time.perf_counter()
+
+    def done(self, name: str, detail: str) -> None:
+        now = time.perf_counter()
+        stage = Stage(name, now - self.began, detail)
+        self.summary.stages.append(stage)
+        self.out(f"[{len(self.summary.stages)}/{self.total}] {name}: {detail} ({stage.seconds:.1f} s)")
+        self.began = now
+
+
+def _wanted_tables(schema: InfoSchema, names: Sequence[str]) -> list[FinalTable]:
+    refs = schema.tables()
+    if not names:
+        return [FinalTable.of(r.db.name, r.table) for r in refs]
+    out = []
+    for name in names:
+        db, _, table = name.partition(".")
+        if not schema.has_table(db, table):
+            known = ", ".join(f"{r.db.name}.{r.table.name}" for r in refs[:10]) or "none"
+            raise InputError(f"--tables: table {name} is not in the schema at stop-ts (tables: {known})")
+        ref = schema.table_ref(db, table)
+        out.append(FinalTable.of(ref.db.name, ref.table))
+    return out
+
+
+def _schedule(
+    jobs: list[Job], commit_ts_of: dict[int, int], opts: ReplayOptions
+) -> tuple[list[ScheduledJob], InfoSchema]:
+    schedule = effective_times(jobs, commit_ts_of)
+    return schedule, final_schema(schedule, opts.stop_ts)
+
+
+def read_decode_compact(spark: SparkSession, opts: ReplayOptions, jobs: list[Job], out: Out, clock: Any) -> Decoded:
+    """Stages 1-3: index, schema, decode + compact (cached and counted)."""
+    from pyspark import StorageLevel
+
+    sc = spark.sparkContext
+    damage = damage_accumulator(sc)
+    errors = damage_accumulator(sc)
+    changes_df: DataFrame
+    if opts.pump_dirs:
+        from spark_jobs.readers.pump import find_pump_dirs, pump_ranges
+        from spark_jobs.readers.pump_changes import DecodePlan, Window, index_range, merge_index, pump_changes
+
+        pumps = find_pump_dirs(list(opts.pump_dirs))
+        ranges = pump_ranges(pumps, opts.split_size)
+        parts = sc.parallelize(ranges, max(1, len(ranges))).map(lambda r: index_range(r, damage)).collect()
+        index = merge_index(parts)
+        clock.done(
+            "index",
+            f"{index.records:,} records in {len(pumps)} pump(s), {len(ranges)} range(s): "
+            f"{len(index):,} committed txns, {len(index.ddl_commits)} DDL, {index.rollbacks} rollbacks",
+        )
+        schedule, schema = _schedule(jobs, index.ddl_commits, opts)
+        tables = _wanted_tables(schema, opts.tables)
+        plan = DecodePlan(
+            index,
+            tuple(s.job.to_json() for s in schedule),
+            Window(opts.start_ts, opts.stop_ts),
+            frozenset(t.table_id for t in tables),
+        )
+        changes_df = pump_changes(spark, ranges, sc.broadcast(plan), errors)
+    else:
+        assert opts.files_dir is not None
+        from spark_jobs.readers.files import FilesPlan, file_ranges, files_changes, scan_ddl
+
+        franges: list[FileRange] = file_ranges(opts.files_dir, opts.split_size)
+        fparts = sc.parallelize(franges, max(1, len(franges))).map(lambda r: scan_ddl(r, damage)).collect()
+        ddl_records = [d for p in fparts for d in p.ddl]
+        matched = match_ddl_queries(jobs, ddl_records)
+        clock.done(
+            "index",
+            f"{sum(p.records for p in fparts):,} records in {len(franges)} range(s): {len(ddl_records)} DDL "
+            f"({len(matched)} matched to the history)",
+        )
+        schedule, schema = _schedule(jobs, matched, opts)
+        tables = _wanted_tables(schema, opts.tables)
+        fplan = FilesPlan(
+            tuple(s.job.to_json() for s in schedule),
+            matched,
+            opts.start_ts,
+            opts.stop_ts,
+            frozenset(t.table_id for t in tables),
+            opts.files_tz,
+        )
+        changes_df = files_changes(spark, franges, sc.broadcast(fplan), errors)
+    clock.done(
+        "schema",
+        f"{len(schedule)} DDL jobs, schema version {schema.version} at stop-ts, {len(tables)} table(s) to replay",
+    )
+    counter = sc.accumulator(0)
+
+    def count_rows(rows: Any) -> Any:
+        n = 0
+        for r in rows:
+            n += 1
+            yield r
+        counter.add(n)
+
+    counted = spark.createDataFrame(changes_df.rdd.mapPartitions(count_rows), changes_df.schema)
+    final = compact(counted, start_ts=opts.start_ts, stop_ts=opts.stop_ts, keep_tables=[t.table_id for t in tables])
+    final = final.persist(StorageLevel.MEMORY_AND_DISK)
+    final_rows = final.count()
+    clock.done("decode+compact", f"{counter.value:,} row changes -> {final_rows:,} final rows and tombstones")
+    return Decoded(final, tables, schema, counter.value, final_rows, damage.value, errors.value)
+
+
+def _write_sql(spark: SparkSession, d: Decoded, target: Target, batch_rows: int) -> list[tuple[int, int, int]]:
+    plan = spark.sparkContext.broadcast(WritePlan(target, {t.table_id: t for t in d.tables}, batch_rows))
+    df = d.final.coalesce(1) if isinstance(target, SqliteTarget) else d.final
+    rows: list[tuple[int, int, int]] = df.rdd.mapPartitions(lambda it: write_partition(it, plan.value)).collect()
+    return rows
+
+
+def _write_parquet(spark: SparkSession, d: Decoded, target: ParquetTarget) -> list[tuple[int, int, int]]:
+    from pyspark.sql import functions as f
+
+    names = spark.createDataFrame(
+        [(t.table_id, t.db, t.name) for t in d.tables], "table_id LONG, schema STRING, table STRING"
+    )
+    live = d.final.filter(~f.col("deleted"))
+    snapshot = live.join(f.broadcast(names), "table_id").select("schema", "table", "key", "values", "commit_ts")
+    snapshot.write.mode("overwrite").partitionBy("schema", "table").parquet(str(target.path))
+    counts = d.final.groupBy("table_id").agg(
+        f.sum(f.when(~f.col("deleted"), 1).otherwise(0)).alias("w"),
+        f.sum(f.when(f.col("deleted"), 1).otherwise(0)).alias("d"),
+    )
+    return [(int(r["table_id"]), int(r["w"]), int(r["d"])) for r in counts.collect()]
+
+
+def run_replay(spark: SparkSession, opts: ReplayOptions, jobs: list[Job], out: Out = print) -> ReplaySummary:
+    """Stages 1-5; the summary (also printed through `out`)."""
+    target = opts.target
+    assert target is not None
+    summary = ReplaySummary(target.describe())
+    clock = _Clock(summary, out, 5)
+    d = read_decode_compact(spark, opts, jobs, out, clock)
+    summary.damage, summary.decode_errors = d.damage, d.decode_errors
+    summary.changes, summary.final_rows = d.changes, d.final_rows
+    try:
+        created, existing = prepare_target(target, d.tables)
+        clock.done("ddl", f"{created} table(s) created, {existing} already there, at the final schema")
+        if isinstance(target, MySQLTarget | SqliteTarget):
+            per_task = _write_sql(spark, d, target, opts.batch_rows)
+        else:
+            per_task = _write_parquet(spark, d, target)
+    finally:
+        d.final.unpersist()
+    totals: dict[int, list[int]] = {}
+    for tid, w, dl in per_task:
+        t = totals.setdefault(tid, [0, 0])
+        t[0] += w
+        t[1] += dl
+    names = {t.table_id: t.full_name for t in d.tables}
+    summary.tables = sorted((names[tid], w, dl) for tid, (w, dl) in totals.items())
+    clock.done("write", f"{summary.written:,} rows written, {summary.deleted:,} deleted into {target.describe()}")
+    out(summary.render())
+    return summary
