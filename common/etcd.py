@@ -120,7 +120,7 @@ class EtcdClient:
         if isinstance(tls, TLSFiles):
             tls = TLS.load(tls)
         if tls is None:
-            _check_plain(urls)
+            check_plain_endpoints(urls)
         self.tls = tls
         creds = None if tls is None else tls.channel_credentials()
         eps = [
@@ -362,7 +362,7 @@ class PrefixWatcher:
         self._thread.join(timeout=5)
 
 
-def _check_plain(urls: str | Sequence[str]) -> None:
+def check_plain_endpoints(urls: str | Sequence[str]) -> None:
     """An https endpoint needs TLS settings; saying so beats a handshake that fails without a reason."""
     items = urls.split(",") if isinstance(urls, str) else list(urls)
     for item in items:

@@ -211,7 +211,7 @@ class DrainerConfig(NodeAddress):
         """Raise ConfigError for settings this version cannot honour (kafka, oracle, loopback), and for
         `[security]` files that cannot be used (read and checked here, so a bad one exits with status 2)."""
         s = self.syncer
-        self.security.load_tls()
+        self.security.load_tls(etcd_urls=self.pd_urls)
         if s.db_type in UNSUPPORTED_DB_TYPES:
             raise ConfigError(
                 f"'syncer.db-type' = {s.db_type!r} is not supported by this version; use mysql, tidb, sqlite or file"

@@ -268,7 +268,7 @@ class PumpConfig(NodeAddress):
     def check_supported(self) -> None:
         """Raise ConfigError for `[security]` files that cannot be used (read and checked here, so a bad
         one exits with status 2 before anything starts)."""
-        self.security.load_tls()
+        self.security.load_tls(etcd_urls=self.pd_urls)
 
 
 # ----------------------------------------------------------------------------------------------- loading

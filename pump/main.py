@@ -4,7 +4,7 @@
     pump --pd-urls http://127.0.0.1:2379 --addr 127.0.0.1:8250 --data-dir data.pump
 
 Config: defaults < `--config pump.toml` < PUMP_* environment < flags (see pump/config.py).  A bad value,
-or a setting this version does not support (TLS), exits with status 2 and one line on stderr.  A failed
+or an unusable `[security]` file, exits with status 2 and one line on stderr.  A failed
 start (etcd or pd-server unreachable, a drainer that cannot be notified) exits with status 1.
 SIGTERM / SIGINT pause the pump (published `paused`); `PUT /state/<id>/close` takes it offline.
 """

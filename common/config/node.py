@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from common.errors import ConfigError
-from common.etcd import parse_endpoints
+from common.etcd import check_plain_endpoints, parse_endpoints
 from common.tls import TLS, from_security
 
 
@@ -38,11 +38,15 @@ class SecurityConfig:
     def enabled(self) -> bool:
         return bool(self.ssl_ca or self.ssl_cert or self.ssl_key or self.cert_allowed_cn)
 
-    def load_tls(self, *, require_cert: bool = True) -> TLS | None:
+    def load_tls(self, *, require_cert: bool = True, etcd_urls: str = "") -> TLS | None:
         """The files read and checked (ConfigError naming the key and the file), or None without TLS.
 
-        A server node needs its own certificate and key (`require_cert`)."""
-        return from_security(self, require_cert=require_cert)
+        A server node needs its own certificate and key (`require_cert`).  Without TLS, an https
+        endpoint in `etcd_urls` is a ConfigError too (it cannot be reached in plaintext)."""
+        tls = from_security(self, require_cert=require_cert)
+        if tls is None and etcd_urls:
+            check_plain_endpoints(etcd_urls)
+        return tls
 
 
 class NodeAddress:

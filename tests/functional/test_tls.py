@@ -265,3 +265,62 @@ def test_binlogctl_with_ssl_flags_lists_the_tls_cluster(tls_cluster: TLSCluster)
     no_cert = binlogctl("pumps", "--pd-urls", url, "--timeout", "1", "--ssl-ca", str(pki.ca))
     assert no_cert.returncode == 1
     assert f"etcd at 127.0.0.1:{c.etcd_server.client_port} unreachable" in no_cert.stderr
+
+
+def test_binlogctl_actions_go_over_https(tls_cluster: TLSCluster) -> None:
+    """pause-pump sent to the drainer's status address: the drainer answers (404, another node id) over
+    HTTPS, so nothing changes; with the intruder's certificate the answer is 403."""
+    c, pki = tls_cluster.cluster, tls_cluster.pki
+    base = ["pause-pump", "--node-id", "pump0", "--pd-urls", c.etcd_server.url, "--ssl-ca", str(pki.ca)]
+    base += ["--status-addr", tls_cluster.drainer.status_addr]
+    answered = binlogctl(*base, "--ssl-cert", str(pki.client.cert), "--ssl-key", str(pki.client.key))
+    assert answered.returncode == 1
+    assert "refused pause: invalid nodeID pump0, this drainer's nodeID is drainer (HTTP 404)" in answered.stderr
+    forbidden = binlogctl(*base, "--ssl-cert", str(pki.intruder.cert), "--ssl-key", str(pki.intruder.key))
+    assert forbidden.returncode == 1
+    assert "certificate CN 'intruder' is not in cert-allowed-cn (HTTP 403)" in forbidden.stderr
+    assert tls_cluster.drainer.process.alive
+
+
+# ------------------------------------------------------------------------------------------- bad files
+
+
+@pytest.mark.parametrize(
+    ("module", "flags", "message"),
+    [
+        ("pd.main", ["--security.ssl-ca", "{missing}", "--security.ssl-cert", "{cert}", "--security.ssl-key", "{key}"],
+         "pd-server: [security] ssl-ca: cannot read '{missing}'"),
+        ("pump.main", ["--security.ssl-ca", "{ca}", "--security.ssl-cert", "{cert}", "--security.ssl-key", "{ca}"],
+         "[security] ssl-key: '{ca}' is not a PEM private key"),
+        ("drainer.main",
+         ["--security.ssl-ca", "{ca}", "--security.ssl-cert", "{cert}", "--security.ssl-key", "{other}"],
+         "[security] ssl-key: the key in '{other}' does not belong to the certificate in '{cert}'"),
+        ("drainer.main", ["--security.cert-allowed-cn", "a"],
+         "[security] cert-allowed-cn is set but [security] ssl-ca is not"),
+        ("pd.main", [], "etcd endpoint 'https://127.0.0.1:9' is https, but no TLS is configured"),
+        ("pump.main", [], "etcd endpoint 'https://127.0.0.1:9' is https, but no TLS is configured"),
+    ],
+)  # fmt: skip
+def test_unusable_tls_settings_exit_2_in_one_line(tmp_path: Path, module: str, flags: list[str], message: str) -> None:
+    pki = make_pki(tmp_path / "pki")
+    paths = {
+        "missing": str(tmp_path / "missing.pem"),
+        "ca": str(pki.ca),
+        "cert": str(pki.server.cert),
+        "key": str(pki.server.key),
+        "other": str(pki.client.key),
+    }
+    argv = [f.format(**paths) for f in flags]
+    data = ["--data-dir", str(tmp_path / "data")] if module != "pd.main" else []
+    done = subprocess.run(
+        [sys.executable, "-m", module, "--pd-urls", "https://127.0.0.1:9", *data, *argv],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert message.format(**paths) in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "data").exists()  # nothing was started or written
