@@ -90,6 +90,8 @@ def make_session(
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if local_cores(master) is not None:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no "resolves to a loopback address" warning
     builder = SparkSession.builder.master(master).appName(app_name)
     merged = default_conf(master, ui=ui)
     merged.update(conf or {})

@@ -12,8 +12,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.functional.conftest import cluster  # the whole-cluster fixture (etcd, pd, pumps, MariaDB)
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+
+__all__ = ["cluster", "spark"]
 
 
 @pytest.fixture(scope="session")
