@@ -195,6 +195,21 @@ def flag_names(key: str) -> str:
     return _flag_names(key)
 
 
+@dataclass(frozen=True)
+class TLSFlags:
+    """A client tool's --ssl-ca / --ssl-cert / --ssl-key, as `from_security` reads them (no cert-allowed-cn)."""
+
+    ssl_ca: str = ""
+    ssl_cert: str = ""
+    ssl_key: str = ""
+    cert_allowed_cn: tuple[str, ...] = ()
+
+
+def client_tls_from_flags(ssl_ca: str, ssl_cert: str, ssl_key: str) -> TLS | None:
+    """The TLS of a client tool's --ssl-* flags, or None when none is given; ConfigError naming the flag."""
+    return from_security(TLSFlags(ssl_ca, ssl_cert, ssl_key), require_cert=False, name=flag_names)
+
+
 def cn_refusal(allowed: frozenset[str], cn: str | None) -> str | None:
     """The cert-allowed-cn rule: an empty list admits every certificate the CA signed; otherwise the
     peer's CN must be on it.  The refusal message names the CN."""

@@ -27,7 +27,7 @@ from common.config import ArgumentParser
 from common.errors import ConfigError
 from common.etcd import parse_endpoints
 from common.registry import NodeKind, NodeState
-from common.tls import TLS, flag_names, from_security
+from common.tls import TLS, client_tls_from_flags
 
 PROG: Final = "binlogctl"
 DEFAULT_PD_URLS: Final = "http://127.0.0.1:2379"
@@ -173,7 +173,7 @@ def parse(argv: Sequence[str]) -> Options | None:
         return None
     command = _command(args.command, args.cmd_flag)
     parse_endpoints(args.pd_urls)  # a bad URL is named before anything connects
-    tls = from_security(_TLSFlags(args.ssl_ca, args.ssl_cert, args.ssl_key), require_cert=False, name=flag_names)
+    tls = client_tls_from_flags(args.ssl_ca, args.ssl_cert, args.ssl_key)
     opts = Options(
         command=command,
         pd_urls=args.pd_urls,
@@ -191,16 +191,6 @@ def parse(argv: Sequence[str]) -> Options | None:
     )
     _check_needs(opts)
     return opts
-
-
-@dataclass(frozen=True)
-class _TLSFlags:
-    """The --ssl-* flags as `common.tls.from_security` reads them (binlogctl has no cert-allowed-cn)."""
-
-    ssl_ca: str
-    ssl_cert: str
-    ssl_key: str
-    cert_allowed_cn: tuple[str, ...] = ()
 
 
 def _command(positional: str | None, flag: str | None) -> str:

@@ -28,6 +28,7 @@ from common.config import ArgumentParser, parse_duration, parse_size, run_comman
 from common.dsn import parse_dsn
 from common.errors import BinlogError, ConfigError
 from common.logsetup import setup_logging
+from common.tls import client_tls_from_flags
 from upstream.workloads import WORKLOADS, Workload, WorkloadOptions, make_workload, runner
 
 log = logging.getLogger(__name__)
@@ -107,6 +108,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--seed", type=int, default=None, help="random seed (default: a random one, printed)")
     p.add_argument("--no-binlog", action="store_true", help="write without binlog (no pumps needed)")
     p.add_argument("--strategy", choices=STRATEGIES, default="range", help="pump selection (default range)")
+    p.add_argument("--ssl-ca", default="", metavar="FILE", help="CA certificate (PEM): TLS to etcd, pd-server, pumps")
+    p.add_argument("--ssl-cert", default="", metavar="FILE", help="client certificate (PEM) for TLS")
+    p.add_argument("--ssl-key", default="", metavar="FILE", help="client private key (PEM) for TLS")
     p.add_argument("--database", default="", metavar="NAME", help="logical database (default: the workload's name)")
     p.add_argument("--attempts", type=_positive_int, default=d.attempts, help="tries per transaction")
     g = p.add_argument_group("bank")
@@ -241,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     from upstream.database import Database
 
     etcd = [u.strip() for u in args.etcd.split(",") if u.strip()]
+    tls = client_tls_from_flags(args.ssl_ca, args.ssl_cert, args.ssl_key)  # ConfigError: one line, exit 2
     try:
         db = Database(
             etcd,
@@ -248,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
             binlog=not args.no_binlog,
             strategy=args.strategy,
             mysql_db_prefix=args.mysql_db_prefix,
+            tls=tls,
         )
     except ConfigError:
         raise

@@ -324,3 +324,40 @@ def test_unusable_tls_settings_exit_2_in_one_line(tmp_path: Path, module: str, f
     assert message.format(**paths) in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "data").exists()  # nothing was started or written
+
+
+# ------------------------------------------------------------------------------------------ binlog-workload
+
+
+def test_binlog_workload_writes_through_the_tls_cluster(tls_cluster: TLSCluster, tmp_path: Path) -> None:
+    """The writer's command takes the same --ssl-* flags: TLS to etcd, pd-server and the pumps."""
+    c, pki = tls_cluster.cluster, tls_cluster.pki
+    store = tmp_path / "bank.db"
+    flags = ["--ssl-ca", str(pki.ca), "--ssl-cert", str(pki.client.cert), "--ssl-key", str(pki.client.key)]
+    base = [sys.executable, "-m", "upstream.workload_cli", "--workload", "bank", "--etcd", c.etcd_server.url]
+    base += ["--store", f"sqlite:///{store}", "--database", "tlsbank", "--quiet", "--json"]
+    done = subprocess.run(
+        [*base, "--txns", "40", "--threads", "2", *flags],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["committed"] >= 40, summary
+    plain = subprocess.run([*base, "--txns", "1"], check=False, capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert plain.returncode == 2, plain.stderr
+    assert "is https, but no TLS is configured" in plain.stderr
+    missing = subprocess.run(
+        [*base, "--txns", "1", "--ssl-ca", str(tmp_path / "nope.pem")],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
+    assert missing.returncode == 2, missing.stderr
+    assert "--ssl-ca" in missing.stderr
+    assert "nope.pem" in missing.stderr
