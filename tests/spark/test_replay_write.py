@@ -1,0 +1,82 @@
+"""The writers without Spark: tables created at their final schema, rows and tombstones, re-runs, refusals."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from spark_jobs.errors import TargetError
+from spark_jobs.replay.target import SqliteTarget
+from spark_jobs.replay.write import FinalTable, WritePlan, mysql_create_table, prepare_target, write_partition
+from spark_jobs.rowjson import encode_key, encode_row
+from tests.spark.historyutil import HistoryBuilder
+from upstream.ddl import Column
+
+pytestmark = pytest.mark.spark
+
+
+def _final() -> FinalTable:
+    h = HistoryBuilder()
+    h.add(lambda p: p.create_database("d"), ts=1)
+    cols = [Column("id", "VARCHAR(8)", nullable=False), Column("v", "INT"), Column("n", "INT", default=3)]
+    h.add(lambda p: p.create_table("d", "t", cols, primary_key=["id"]), ts=2)
+    return FinalTable.of("d", h.schema.table("d", "t"))
+
+
+def _rows(t: FinalTable, live: dict[str, int], dead: list[str]) -> list[dict[str, object]]:
+    info = t.info()
+    cols = info.columns[:2]  # images written before column n was added: n gets its default
+    out: list[dict[str, object]] = [
+        {"table_id": t.table_id, "key": encode_key(cols[:1], [k]), "deleted": False, "values": encode_row(cols, [k, v])}
+        for k, v in live.items()
+    ]
+    out += [{"table_id": t.table_id, "key": encode_key(cols[:1], [k]), "deleted": True, "values": None} for k in dead]
+    return out
+
+
+def test_sqlite_rows_tombstones_and_rerun(tmp_path: Path) -> None:
+    t = _final()
+    target = SqliteTarget(tmp_path / "r.db")
+    assert prepare_target(target, [t]) == (1, 0)
+    plan = WritePlan(target, {t.table_id: t}, batch_rows=2)
+    conn = sqlite3.connect(target.path)
+    try:
+        conn.execute("INSERT INTO \"d.t\" (id, v, n) VALUES ('gone', 0, 0)")
+        conn.commit()
+        counts = list(write_partition(_rows(t, {"a": 1, "b": 2, "c": 3}, ["gone", "never"]), plan))
+        assert counts == [(t.table_id, 3, 2)]
+        assert sorted(conn.execute('SELECT id, v, n FROM "d.t"')) == [("a", 1, 3), ("b", 2, 3), ("c", 3, 3)]
+        assert prepare_target(target, [t]) == (0, 1)  # a re-run finds its own table
+        list(write_partition(_rows(t, {"a": 1, "b": 2, "c": 3}, ["gone", "never"]), plan))
+        assert sorted(conn.execute('SELECT id, v, n FROM "d.t"')) == [("a", 1, 3), ("b", 2, 3), ("c", 3, 3)]
+    finally:
+        conn.close()
+
+
+def test_existing_table_with_other_columns_is_refused(tmp_path: Path) -> None:
+    t = _final()
+    path = tmp_path / "r.db"
+    conn = sqlite3.connect(path)
+    conn.execute('CREATE TABLE "d.t" (id TEXT PRIMARY KEY, w INT)')
+    conn.commit()
+    conn.close()
+    with pytest.raises(
+        TargetError, match=r"table d\.t exists in the target with other columns .*lacks n, v; has extra w"
+    ):
+        prepare_target(SqliteTarget(path), [t])
+
+
+def test_unopenable_sqlite_target(tmp_path: Path) -> None:
+    with pytest.raises(TargetError, match="cannot open sqlite:"):
+        prepare_target(SqliteTarget(tmp_path / "no" / "such" / "dir.db"), [_final()])
+
+
+def test_mysql_table_at_final_schema() -> None:
+    sql = mysql_create_table("p_d", _final().info())
+    assert sql.startswith(
+        "CREATE TABLE IF NOT EXISTS `p_d`.`t` (`id` varchar(8) NOT NULL, `v` int(11), `n` int(11) DEFAULT '3'"
+    )
+    assert "PRIMARY KEY (`id`)" in sql
+    assert sql.endswith("ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin")
