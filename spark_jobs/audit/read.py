@@ -103,7 +103,10 @@ class Endpoint:
         dsn_ = parse_dsn(text)
         if isinstance(dsn_, MySQLDSN):  # pragma: no cover - mysql: is handled above
             raise ConfigError(f"{text!r}: unexpected MySQL DSN")
-        return cls("sqlite", str(dsn_.path))
+        path = str(dsn_.path)
+        if path.startswith("//") and not path.startswith("///"):
+            path = path[1:]  # sqlite:///<absolute path> gives //abs/path: the same file, shown once
+        return cls("sqlite", path)
 
     def describe(self) -> str:
         if self.kind == "sqlite":

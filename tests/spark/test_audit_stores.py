@@ -1,0 +1,262 @@
+"""`binlog-spark audit` against real stores: an sqlite store upstream, MariaDB (or sqlite) downstream.
+
+Tables are built the way the writer builds them (``upstream.store`` dialects, ``to_store``
+values), with every column type of ``tests/functional/test_store_values.py``; rows are then
+deleted, added and changed by hand downstream and the audit must name each one by its key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from common.dsn import MySQLDSN as StoreDSN
+from common.schema.model import ColumnInfo, IndexInfo, TableInfo
+from common.schema.types import check_value, parse_type
+from spark_jobs.audit.cli import add_parsers
+from spark_jobs.audit.compare import DOWN, UP
+from spark_jobs.audit.job import prepare, run_audit
+from spark_jobs.audit.plan import Chunk
+from spark_jobs.audit.read import Endpoint, read_partition
+from tests.functional.test_store_values import CASES
+from tests.harness.mysql import MySQLDSN
+from upstream.store.base import Store
+from upstream.store.mysql import MySQLStore
+from upstream.store.sqlite import SqliteStore
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+pytestmark = pytest.mark.spark
+
+TYPES = list(CASES)
+ODD = 'v a"l`'
+"""A column name that needs quoting in both stores."""
+
+
+def _col(i: int, name: str, type_text: str, *, nullable: bool = True) -> ColumnInfo:
+    ctype, text = parse_type(type_text)
+    return ColumnInfo(id=i + 1, name=name, offset=i, type_text=text, ctype=ctype, nullable=nullable)
+
+
+def _table(name: str, cols: list[tuple[str, str, bool]], pk: list[str], *, handle: bool = False) -> TableInfo:
+    columns = tuple(_col(i, n, t, nullable=nullable) for i, (n, t, nullable) in enumerate(cols))
+    indices = (IndexInfo(1, "PRIMARY", tuple(pk), primary=True),) if pk else ()
+    return TableInfo(id=1, name=name, columns=columns, indices=indices, pk_is_handle=handle)
+
+
+ALL_TYPES = _table(
+    "all_types",
+    [("id", "int", False), *((ODD if i == 0 else f"c{i}", t, True) for i, t in enumerate(TYPES))],
+    ["id"],
+    handle=True,
+)
+BY_NAME = _table("by_name", [("name", "varchar(16)", False), ("v", "int", True)], ["name"])
+NOKEY = _table("nokey", [("a", "int", True), ("b", "varchar(8)", True)], [])
+NAMES = [f"{c}{i}" for i in range(12) for c in ("a", "B", "b", "é")]
+"""by_name keys: upper and lower case, non-ASCII (the byte order is what both stores must agree on)."""
+
+
+def _all_types_rows() -> list[dict[str, Any]]:
+    n = max(len(v) for v, _ in CASES.values()) + 1
+    rows = []
+    for i in range(n):
+        row: dict[str, Any] = {"id": i + 1}
+        for c, t in zip(ALL_TYPES.columns[1:], TYPES, strict=True):
+            values = CASES[t][0]
+            row[c.lname] = check_value(c, values[i]) if i < len(values) else None
+        rows.append(row)
+    return rows
+
+
+def _fill(store: Store, db: str) -> None:
+    d = store.dialect()
+    s = store.session()
+    try:
+        for t in (ALL_TYPES, BY_NAME, NOKEY):
+            for sql in d.create_table_sql(db, t):
+                s.execute(sql)
+        for row in _all_types_rows():
+            s.insert_row(db, ALL_TYPES, row["id"], row)
+        for h, name in enumerate(NAMES, start=1):
+            s.insert_row(db, BY_NAME, h, {"name": name, "v": h})
+        for h, (a, b) in enumerate([(1, "x"), (1, "x"), (None, None), (2, None)], start=1):
+            s.insert_row(db, NOKEY, h, {"a": a, "b": b})
+    finally:
+        s.close()
+
+
+@dataclass
+class Pair:
+    db: str
+    up: Endpoint
+    down: Endpoint
+    up_path: Path
+    mysql: MySQLDSN
+
+    def sql(self, *statements: str) -> None:
+        conn = self.mysql.connect(self.db)
+        try:
+            with conn.cursor() as cur:
+                for s in statements:
+                    cur.execute(s)
+        finally:
+            conn.close()
+
+
+@pytest.fixture
+def pair(tmp_path: Path, mysql_db: MySQLDSN) -> Pair:
+    """The same tables upstream (sqlite store) and downstream (MariaDB database `mysql_db`)."""
+    db = mysql_db.database
+    assert db is not None
+    up_path = tmp_path / "up.db"
+    up = SqliteStore(up_path, f"sqlite:///{up_path}")
+    _fill(up, db)
+    down = MySQLStore(StoreDSN(mysql_db.host, mysql_db.port, mysql_db.user, mysql_db.password, db), mysql_db.url())
+    _fill(down, db)
+    return Pair(db, Endpoint.parse(f"sqlite:///{up_path}"), Endpoint.parse(mysql_db.url()), up_path, mysql_db)
+
+
+def _cli(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="binlog-spark")
+    add_parsers(p.add_subparsers(required=True))
+    args = p.parse_args(argv)
+    status: int = args.func(args)
+    return status
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_every_column_type_hashes_alike_in_sqlite_and_mariadb(pair: Pair) -> None:
+    prep = prepare(pair.up, pair.down, [(pair.db, "all_types")], chunk_size=1000)
+    ((t, chunks),) = prep.plans
+    assert t.typed  # types come from MariaDB, both sides are read through them
+    assert t.info.column(ODD).type_text == "tinyint(4)"
+    assert t.info.column(f"c{TYPES.index('json')}").type_text == "json"  # MariaDB: LONGTEXT + json_valid
+    assert chunks == [Chunk(0)]
+    rows = {task.side: list(read_partition([task])) for task in prep.tasks(rows=True)}
+    up = {r[3]: (r[5], r[6]) for r in rows[UP]}
+    down = {r[3]: (r[5], r[6]) for r in rows[DOWN]}
+    assert len(up) == len(_all_types_rows())
+    for key, (h, cells) in up.items():
+        assert down[key][0] == h, f"{key}: {list(zip(t.column_names, cells, down[key][1], strict=True))}"
+
+
+def test_equal_tables_exit_0(pair: Pair, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = _digest(pair.up_path)
+    out = tmp_path / "report.json"
+    argv = ["audit", "--upstream", f"sqlite:///{pair.up_path}", "--downstream", pair.mysql.url()]
+    assert _cli([*argv, "--chunk-size", "5", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "audit OK: 3 tables" in text
+    doc = json.loads(out.read_text())
+    assert doc["ok"] is True
+    tables = {t["table"]: t for t in doc["tables"]}
+    assert set(tables) == {f"{pair.db}.{n}" for n in ("all_types", "by_name", "nokey")}
+    by_name = tables[f"{pair.db}.by_name"]
+    assert by_name["key"] == "primary key (name)"  # the writer's pk_unique index behind _tidb_rowid
+    assert by_name["chunks"] > 3  # sampled string boundaries
+    assert by_name["upstream_rows"] == by_name["downstream_rows"] == len(NAMES)
+    assert tables[f"{pair.db}.nokey"]["key"] == "whole row"
+    assert _digest(pair.up_path) == before  # read only
+
+
+def test_hand_made_differences_are_reported_with_their_keys(
+    pair: Pair, spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    c4 = f"c{TYPES.index('varchar(20)')}"
+    pair.sql(
+        "DELETE FROM all_types WHERE id = 2",
+        f"INSERT INTO all_types (id, `{ODD.replace('`', '``')}`) VALUES (100, 7)",
+        f"UPDATE all_types SET {c4} = 'changed' WHERE id = 3",
+        # downstream with a case-insensitive collation: chunk ranges must still select the same rows
+        "ALTER TABLE by_name DROP INDEX pk_unique, MODIFY name VARCHAR(16) COLLATE utf8mb4_general_ci NOT NULL",
+        "UPDATE by_name SET v = -1 WHERE BINARY name = 'B3'",
+        "INSERT INTO nokey (_tidb_rowid, a, b) VALUES (99, 1, 'x')",
+    )
+    report = run_audit(spark, pair.up, pair.down, chunk_size=5)
+    assert report.exit_status == 1
+    t = report.table(f"{pair.db}.all_types")
+    assert (t.missing, t.extra, t.different) == (1, 1, 1)
+    assert t.chunks_differing < t.chunks  # rows were only compared where the checksums differ
+    got = {(e.kind, e.key) for e in t.examples}
+    assert got == {("missing", "id=2"), ("extra", "id=100"), ("different", "id=3")}
+    different = next(e for e in t.examples if e.kind == "different").text(t.columns)
+    assert different.startswith(f"id=3: {c4} upstream '")
+    assert different.endswith("downstream 'changed'")
+    n = report.table(f"{pair.db}.by_name")
+    assert (n.missing, n.extra, n.different) == (0, 0, 1)
+    assert [(e.kind, e.key) for e in n.examples] == [("different", "name='B3'")]
+    k = report.table(f"{pair.db}.nokey")
+    assert (k.missing, k.extra, k.different) == (0, 1, 0)
+    assert [(e.kind, e.count) for e in k.examples] == [("extra", 1)]
+    # the same through the command, as JSON on stdout
+    argv = ["audit", "--upstream", f"sqlite:///{pair.up_path}", "--downstream", pair.mysql.url(), "--format", "json"]
+    assert _cli([*argv, "--tables", f"{pair.db}.all_types", "--chunk-size", "5"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    (table,) = doc["tables"]
+    assert {(e["kind"], e["key"]) for e in table["examples"]} == got
+    assert doc["ok"] is False
+
+
+def test_sqlite_to_sqlite_compares_raw_values(spark: SparkSession, tmp_path: Path) -> None:
+    paths = [tmp_path / "a.db", tmp_path / "b.db"]
+    for p in paths:
+        _fill(SqliteStore(p, f"sqlite:///{p}"), "d")
+    a, b = (Endpoint.parse(f"sqlite:///{p}") for p in paths)
+    equal = run_audit(spark, a, b, chunk_size=4)
+    assert equal.ok, equal.render()
+    assert equal.table("d.by_name").chunks > 1
+    s = SqliteStore(paths[1], "").session()
+    try:
+        s.execute('UPDATE "d.by_name" SET "name" = ? WHERE "name" = ?', ("zz", "a7"))
+    finally:
+        s.close()
+    r = run_audit(spark, a, b, [("d", "by_name")], chunk_size=4)
+    t = r.table("d.by_name")
+    assert not r.ok
+    assert {(e.kind, e.key) for e in t.examples} == {("missing", "name='a7'"), ("extra", "name='zz'")}
+
+
+# ------------------------------------------------------------------------------------ bad input
+def test_unreachable_side_is_one_line_exit_2(pair: Pair, capsys: pytest.CaptureFixture[str]) -> None:
+    up = f"sqlite:///{pair.up_path}"
+    assert _cli(["audit", "--upstream", up, "--downstream", "mysql://root@127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert err.startswith("binlog-spark audit: cannot connect to mysql://root@127.0.0.1:1")
+    missing = pair.up_path.parent / "nope.db"
+    assert _cli(["audit", "--upstream", f"sqlite:///{missing}", "--downstream", pair.mysql.url()]) == 2
+    assert capsys.readouterr().err.strip() == f"binlog-spark audit: sqlite:{missing}: no such sqlite file"
+    assert not missing.exists()  # nothing created
+    assert _cli(["audit", "--upstream", "postgres://h/db", "--downstream", up]) == 2
+    assert "unsupported scheme 'postgres'" in capsys.readouterr().err
+    assert _cli(["audit", "--upstream", up, "--downstream", up, "--tables", "nodot"]) == 2
+    assert "--tables 'nodot': expected db.table" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        _cli(["audit", "--upstream", up, "--downstream", up, "--chunk-size", "0"])
+    assert exc.value.code == 2
+    assert "must be positive" in capsys.readouterr().err
+
+
+def test_table_missing_on_one_side(pair: Pair, spark: SparkSession, capsys: pytest.CaptureFixture[str]) -> None:
+    pair.sql("DROP TABLE nokey", "CREATE TABLE only_down (id INT PRIMARY KEY)")
+    report = run_audit(spark, pair.up, pair.down, chunk_size=1000)
+    assert report.exit_status == 1
+    assert report.table(f"{pair.db}.nokey").problem == "missing downstream (upstream has 4 rows)"
+    assert report.extra_tables == [f"{pair.db}.only_down"]
+    assert report.table(f"{pair.db}.all_types").ok  # the others are still compared
+    argv = ["audit", "--upstream", f"sqlite:///{pair.up_path}", "--downstream", pair.mysql.url()]
+    assert _cli([*argv, "--tables", f"{pair.db}.only_down,{pair.db}.by_name"]) == 1
+    out = capsys.readouterr().out
+    assert f"{pair.db}.only_down" in out
+    assert "missing upstream (downstream has 0 rows)" in out
+    assert "audit FAILED: 1 of 2 tables differ" in out
