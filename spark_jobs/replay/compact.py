@@ -30,7 +30,11 @@ FINAL_COLUMNS: Final = ("table_id", "key", "commit_ts", "seq", "deleted", "value
 
 
 def events(changes: DataFrame, start_ts: int | None = None, stop_ts: int | None = None) -> DataFrame:
-    """Changes in the window as key events: table_id, key, commit_ts, seq, deleted, values."""
+    """Changes in the window as key events: table_id, key, commit_ts, seq, deleted, values.
+
+    One pass over `changes` (an explode, not a union of two projections: a union would compute the
+    changes, i.e. read and decode the whole history, twice).
+    """
     from pyspark.sql import functions as f
 
     c = changes
@@ -38,24 +42,21 @@ def events(changes: DataFrame, start_ts: int | None = None, stop_ts: int | None 
         c = c.filter(f.col("commit_ts") > f.lit(start_ts))
     if stop_ts is not None:
         c = c.filter(f.col("commit_ts") <= f.lit(stop_ts))
+    no_values = f.lit(None).cast("string")
     is_delete = f.col("op") == f.lit("delete")
-    main = c.select(
-        "table_id",
-        "key",
-        "commit_ts",
-        "seq",
+    this = f.struct(
+        f.col("key").alias("key"),
         is_delete.alias("deleted"),
-        f.when(is_delete, f.lit(None).cast("string")).otherwise(f.col("values")).alias("values"),
+        f.when(is_delete, no_values).otherwise(f.col("values")).alias("values"),
     )
-    moved = c.filter(f.col("old_key").isNotNull() & (f.col("op") == f.lit("update"))).select(
-        "table_id",
-        f.col("old_key").alias("key"),
-        "commit_ts",
-        "seq",
-        f.lit(True).alias("deleted"),
-        f.lit(None).cast("string").alias("values"),
+    moved = f.col("old_key").isNotNull() & (f.col("op") == f.lit("update"))
+    old = f.when(
+        moved, f.struct(f.col("old_key").alias("key"), f.lit(True).alias("deleted"), no_values.alias("values"))
     )
-    return main.unionByName(moved)
+    exploded = c.select("table_id", "commit_ts", "seq", f.explode(f.array(this, old)).alias("e"))
+    return exploded.filter(f.col("e").isNotNull()).select(
+        "table_id", "e.key", "commit_ts", "seq", "e.deleted", "e.values"
+    )
 
 
 def compact(

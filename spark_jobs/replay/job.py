@@ -155,8 +155,18 @@ def _schedule(
     return schedule, final_schema(schedule, opts.stop_ts)
 
 
-def read_decode_compact(spark: SparkSession, opts: ReplayOptions, jobs: list[Job], out: Out, clock: Any) -> Decoded:
-    """Stages 1-3: index, schema, decode + compact (cached and counted)."""
+Progress = Callable[[str, str], None]
+"""(stage name, what it did): called as each stage ends."""
+
+
+def _no_progress(name: str, detail: str) -> None:
+    log.info("stage %s: %s", name, detail)
+
+
+def read_decode_compact(
+    spark: SparkSession, opts: ReplayOptions, jobs: list[Job], progress: Progress = _no_progress
+) -> Decoded:
+    """Stages 1-3: index, schema, decode + compact (cached and counted; `final.unpersist()` when done)."""
     from pyspark import StorageLevel
 
     sc = spark.sparkContext
@@ -171,7 +181,7 @@ def read_decode_compact(spark: SparkSession, opts: ReplayOptions, jobs: list[Job
         ranges = pump_ranges(pumps, opts.split_size)
         parts = sc.parallelize(ranges, max(1, len(ranges))).map(lambda r: index_range(r, damage)).collect()
         index = merge_index(parts)
-        clock.done(
+        progress(
             "index",
             f"{index.records:,} records in {len(pumps)} pump(s), {len(ranges)} range(s): "
             f"{len(index):,} committed txns, {len(index.ddl_commits)} DDL, {index.rollbacks} rollbacks",
@@ -193,7 +203,7 @@ def read_decode_compact(spark: SparkSession, opts: ReplayOptions, jobs: list[Job
         fparts = sc.parallelize(franges, max(1, len(franges))).map(lambda r: scan_ddl(r, damage)).collect()
         ddl_records = [d for p in fparts for d in p.ddl]
         matched = match_ddl_queries(jobs, ddl_records)
-        clock.done(
+        progress(
             "index",
             f"{sum(p.records for p in fparts):,} records in {len(franges)} range(s): {len(ddl_records)} DDL "
             f"({len(matched)} matched to the history)",
@@ -209,7 +219,7 @@ def read_decode_compact(spark: SparkSession, opts: ReplayOptions, jobs: list[Job
             opts.files_tz,
         )
         changes_df = files_changes(spark, franges, sc.broadcast(fplan), errors)
-    clock.done(
+    progress(
         "schema",
         f"{len(schedule)} DDL jobs, schema version {schema.version} at stop-ts, {len(tables)} table(s) to replay",
     )
@@ -226,7 +236,7 @@ def read_decode_compact(spark: SparkSession, opts: ReplayOptions, jobs: list[Job
     final = compact(counted, start_ts=opts.start_ts, stop_ts=opts.stop_ts, keep_tables=[t.table_id for t in tables])
     final = final.persist(StorageLevel.MEMORY_AND_DISK)
     final_rows = final.count()
-    clock.done("decode+compact", f"{counter.value:,} row changes -> {final_rows:,} final rows and tombstones")
+    progress("decode+compact", f"{counter.value:,} row changes -> {final_rows:,} final rows and tombstones")
     return Decoded(final, tables, schema, counter.value, final_rows, damage.value, errors.value)
 
 
@@ -259,7 +269,7 @@ def run_replay(spark: SparkSession, opts: ReplayOptions, jobs: list[Job], out: O
     assert target is not None
     summary = ReplaySummary(target.describe())
     clock = _Clock(summary, out, 5)
-    d = read_decode_compact(spark, opts, jobs, out, clock)
+    d = read_decode_compact(spark, opts, jobs, clock.done)
     summary.damage, summary.decode_errors = d.damage, d.decode_errors
     summary.changes, summary.final_rows = d.changes, d.final_rows
     try:

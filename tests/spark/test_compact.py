@@ -57,7 +57,7 @@ def test_order_is_commit_ts_then_seq_not_input_order(spark: SparkSession) -> Non
         upd(30, "[1]", "later in txn", seq=4),
         upd(30, "[1]", "x", seq=2),
     ]
-    assert final(spark, rows) == {(1, "[1]"): "later"}
+    assert final(spark, rows) == {(1, "[1]"): "later in txn"}
 
 
 def test_pk_change_is_delete_of_old_key_and_insert_of_new(spark: SparkSession) -> None:
