@@ -9,9 +9,11 @@ Input is checked before the Spark session starts, so bad input fails in well und
 from __future__ import annotations
 
 import argparse
+import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from common.errors import BinlogError
 from spark_jobs.audit.plan import DEFAULT_CHUNK_SIZE
@@ -22,6 +24,7 @@ __all__ = ["add_parsers", "audit_binlog_main", "audit_main"]
 BINLOG_EXAMPLES = 5
 """Examples per kind of binlog finding."""
 EXIT_ERROR = 2
+_R = TypeVar("_R")
 
 
 class _Report(Protocol):
@@ -114,19 +117,46 @@ def _fail(command: str, message: str) -> int:
     return EXIT_ERROR
 
 
+_RAISED = re.compile(r"^(?:[\w.]+\.)?\w+(?:Error|Exception): (.+)$")
+
+
 def _spark_message(exc: BaseException) -> str:
-    """The last meaningful line of a Spark failure (a task's Python exception ends its traceback with it)."""
+    """The message of a Spark failure: a task's Python exception ends its traceback with
+    ``module.SomeError: message``; the message is what is shown."""
     lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
     for line in reversed(lines):
-        if "Error" in line or "Exception" in line:
-            return line
+        m = _RAISED.match(line)
+        if m:
+            return m.group(1)
     return lines[-1] if lines else type(exc).__name__
 
 
-def _session(args: argparse.Namespace) -> Any:
+def _spark_errors() -> tuple[type[BaseException], ...]:
+    """How a failed Spark job reaches the driver (imported late: `--help` works without a JVM)."""
+    from py4j.protocol import Py4JError  # type: ignore[import-untyped]
+    from pyspark.errors import PySparkException
+
+    return (PySparkException, Py4JError)
+
+
+def _with_session(command: str, args: argparse.Namespace, job: Callable[[Any], _R]) -> _R:
+    """Run `job(spark)` on a session for `--master`; stop it afterwards unless it was already running
+    (a caller's session, such as the shared one of the tests, is left alone)."""
+    from pyspark.sql import SparkSession
+
     from spark_jobs.session import DEFAULT_MASTER, make_session
 
-    return make_session(getattr(args, "master", None) or DEFAULT_MASTER)
+    running = SparkSession.getActiveSession()
+    spark = make_session(
+        getattr(args, "master", None) or DEFAULT_MASTER,
+        app_name=f"binlog-spark {command}",
+        log_level=getattr(args, "log_level", None) or "warn",
+    )
+    try:
+        return job(spark)
+    finally:
+        if running is None:
+            spark.stop()
 
 
 def _emit(command: str, args: argparse.Namespace, report: _Report) -> int:
@@ -141,8 +171,6 @@ def _emit(command: str, args: argparse.Namespace, report: _Report) -> int:
 
 
 def audit_main(args: argparse.Namespace) -> int:
-    from pyspark.errors import PySparkException
-
     from spark_jobs.audit.job import execute, parse_tables, prepare
     from spark_jobs.audit.read import Endpoint
 
@@ -151,17 +179,17 @@ def audit_main(args: argparse.Namespace) -> int:
         down = Endpoint.parse(args.downstream, prefix=args.downstream_db_prefix)
         tables = parse_tables(args.tables or [])
         prep = prepare(up, down, tables, chunk_size=args.chunk_size)
-        report = execute(_session(args), prep, examples=args.examples) if prep.plans else prep.report
+        report = prep.report
+        if prep.plans:
+            report = _with_session("audit", args, lambda spark: execute(spark, prep, examples=args.examples))
     except BinlogError as exc:
         return _fail("audit", str(exc))
-    except PySparkException as exc:
+    except _spark_errors() as exc:
         return _fail("audit", _spark_message(exc))
     return _emit("audit", args, report)
 
 
 def audit_binlog_main(args: argparse.Namespace) -> int:
-    from pyspark.errors import PySparkException
-
     from spark_jobs.audit.binlog import run_audit_binlog, status_endpoint
     from spark_jobs.readers.pump import find_pump_dirs
 
@@ -169,15 +197,15 @@ def audit_binlog_main(args: argparse.Namespace) -> int:
         find_pump_dirs(args.pumps)  # bad input fails before the session starts
         if args.txn_status:
             status_endpoint(args.txn_status)[0].connect().close()
-        report = run_audit_binlog(
-            _session(args),
-            args.pumps,
-            txn_status=args.txn_status,
-            since_ts=args.since_ts,
-            examples=args.examples,
+        report = _with_session(
+            "audit-binlog",
+            args,
+            lambda spark: run_audit_binlog(
+                spark, args.pumps, txn_status=args.txn_status, since_ts=args.since_ts, examples=args.examples
+            ),
         )
     except BinlogError as exc:
         return _fail("audit-binlog", str(exc))
-    except PySparkException as exc:
+    except _spark_errors() as exc:
         return _fail("audit-binlog", _spark_message(exc))
     return _emit("audit-binlog", args, report)

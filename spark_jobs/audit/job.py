@@ -61,6 +61,7 @@ from spark_jobs.audit.read import (
     read_partition,
 )
 from spark_jobs.audit.report import EXAMPLES, AuditReport, Example, TableReport
+from spark_jobs.errors import InputError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -194,6 +195,8 @@ def prepare(
         down_conn = down.connect()
         try:
             names = list(tables) or list_tables(up, up_conn)
+            if not names:
+                raise InputError(f"upstream {up.describe()} has no tables (give --tables or another DSN)")
             for db, name in names:
                 _describe(prep, (up_conn, down_conn), db, name, chunk_size)
             if not tables:

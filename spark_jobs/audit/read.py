@@ -65,6 +65,7 @@ SYSTEM_DATABASES: Final = frozenset({"information_schema", "mysql", "performance
 """Never audited when a whole MySQL server is given (tidb_binlog: the drainer's checkpoint table)."""
 CONNECT_TIMEOUT: Final = 10.0
 SQLITE_BUSY_TIMEOUT: Final = 30.0
+_FORMS: Final = "use sqlite:///abs/path.db, sqlite:rel.db, a file path, or mysql://user:pass@host:port[/db]"
 _JSON_CHECK: Final = re.compile(r"^json_valid\(`((?:[^`]|``)+)`\)$", re.IGNORECASE)
 
 Side = Literal["up", "down"]
@@ -100,7 +101,13 @@ class Endpoint:
             return cls("mysql", "", server.host, server.port, server.user, server.password, "", prefix)
         if prefix:
             raise ConfigError(f"{text!r}: a database prefix only applies to a MySQL side")
-        dsn_ = parse_dsn(text)
+        scheme, sep, _ = text.strip().partition(":")
+        if sep and "://" in text and scheme.lower() != "sqlite":
+            raise ConfigError(f"{text!r}: unsupported scheme {scheme!r}; {_FORMS}")
+        try:
+            dsn_ = parse_dsn(text)
+        except ConfigError as exc:  # common.dsn names its DSNs after the txn-status store
+            raise ConfigError(str(exc).replace("txn-status DSN ", "DSN ", 1)) from None
         if isinstance(dsn_, MySQLDSN):  # pragma: no cover - mysql: is handled above
             raise ConfigError(f"{text!r}: unexpected MySQL DSN")
         path = str(dsn_.path)
@@ -178,10 +185,6 @@ def list_tables(ep: Endpoint, conn: Connection) -> list[tuple[str, str]]:
     reader = _reader(ep, conn)
     out = [(db, t) for db in _databases(ep, conn) for t in reader.table_names(db)]
     return sorted(out)
-
-
-def has_database(ep: Endpoint, conn: Connection, db: str) -> bool:
-    return bool(_reader(ep, conn).table_names(db)) or (ep.kind == "mysql" and db in _databases(ep, conn))
 
 
 def _mysql_table(ep: Endpoint, conn: Connection, db: str, table: str) -> StoreTable | None:

@@ -207,6 +207,23 @@ def test_hand_made_differences_are_reported_with_their_keys(
     assert doc["ok"] is False
 
 
+def test_mysql_upstream_with_a_database_prefix(pair: Pair, spark: SparkSession, tmp_path: Path) -> None:
+    """The writer's MySQL store keeps logical database d as <prefix>d; the replica is an sqlite file."""
+    prefix, logical = pair.db[:2], pair.db[2:]
+    path = tmp_path / "replica.db"
+    _fill(SqliteStore(path, f"sqlite:///{path}"), logical)
+    server = MySQLDSN(pair.mysql.host, pair.mysql.port, pair.mysql.user, pair.mysql.password).url()
+    up = Endpoint.parse(server, prefix=prefix)
+    down = Endpoint.parse(f"sqlite:{path}")
+    tables = [(logical, "all_types"), (logical, "by_name")]
+    report = run_audit(spark, up, down, tables, chunk_size=7)
+    assert report.ok, report.render()
+    assert report.table(f"{logical}.by_name").upstream_rows == len(NAMES)
+    pair.sql("UPDATE by_name SET v = 0 WHERE name = 'é5'")
+    report = run_audit(spark, up, down, tables, chunk_size=7)
+    assert [(e.kind, e.key) for e in report.table(f"{logical}.by_name").examples] == [("different", "name='é5'")]
+
+
 def test_sqlite_to_sqlite_compares_raw_values(spark: SparkSession, tmp_path: Path) -> None:
     paths = [tmp_path / "a.db", tmp_path / "b.db"]
     for p in paths:
