@@ -58,6 +58,7 @@ from upstream.mutation import MutationLog
 from upstream.workloads.gen import sysbench_text
 
 TARGET_SPEEDUP = 1.5
+BENCH_CONF = {"spark.ui.showConsoleProgress": "false", "spark.driver.memory": "2g"}
 VLOG_FILE_SIZE = 64 << 20
 COLUMNS = [
     Column("id", "BIGINT"),
@@ -204,9 +205,7 @@ def measure_rdc(h: History, master: str, runs: int, split: int) -> list[float]:
     from spark_jobs.replay.job import ReplayOptions, read_decode_compact
     from spark_jobs.session import make_session
 
-    spark = make_session(
-        master, app_name="spark-replay-bench", log_level="ERROR", conf={"spark.ui.showConsoleProgress": "false"}
-    )
+    spark = make_session(master, app_name="spark-replay-bench", log_level="ERROR", conf=BENCH_CONF)
     out = []
     try:
         opts = ReplayOptions(None, pump_dirs=tuple(h.pumps), split_size=split)
@@ -231,9 +230,7 @@ def measure_replay(h: History, server: dict[str, Any], split: int, errors: list[
 
     prefix = "r_"
     target = MySQLTarget(server["host"], server["port"], server["user"], server["password"], prefix)
-    spark = make_session(
-        "local[2]", app_name="spark-replay-bench", log_level="ERROR", conf={"spark.ui.showConsoleProgress": "false"}
-    )
+    spark = make_session("local[2]", app_name="spark-replay-bench", log_level="ERROR", conf=BENCH_CONF)
     try:
         t0 = time.perf_counter()
         summary = run_replay(spark, ReplayOptions(target, pump_dirs=tuple(h.pumps), split_size=split), h.jobs, out=log)

@@ -54,6 +54,13 @@ def _positive(text: str) -> int:
     return n
 
 
+def _conf_pair(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=VALUE")
+    return key.strip(), value
+
+
 def _tables(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
@@ -69,6 +76,14 @@ def _add_common(p: argparse.ArgumentParser, *, top: bool) -> None:
             metavar="URL",
             help=f"Spark master: local[N], spark://host:7077, yarn, k8s://... (default {DEFAULT_MASTER})",
             **({"default": DEFAULT_MASTER} if top else kw),
+        )
+        p.add_argument(
+            "--conf",
+            action="append",
+            type=_conf_pair,
+            metavar="KEY=VALUE",
+            help="a Spark setting, e.g. spark.executor.memory=4g (repeatable)",
+            **({"default": []} if top else kw),
         )
         p.add_argument(
             "--log-level",
@@ -223,7 +238,7 @@ def replay_main(args: argparse.Namespace) -> int:
         jobs = load_history(pd_urls=opts.pd_urls, ddl_file=opts.ddl_file)
         if isinstance(target, MySQLTarget):
             connect_mysql(target).close()  # an unreachable target fails before any work
-        spark = make_session(args.master, app_name=f"{PROG} replay", log_level=args.log_level)
+        spark = make_session(args.master, f"{PROG} replay", dict(args.conf), log_level=args.log_level)
         try:
             run_replay(spark, opts, jobs, out=lambda line: print(line, flush=True))
         finally:

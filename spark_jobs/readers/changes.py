@@ -20,13 +20,16 @@ The last change of a key wins by (commit_ts, seq).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from common.schema.model import ColumnInfo, TableInfo
 from drainer.events import DML, DMLType
 from spark_jobs.rowjson import encode_key, encode_row, key_columns
 
-__all__ = ["CHANGE_DDL", "OP_DELETE", "OP_INSERT", "OP_UPDATE", "Change", "KeyPlan", "dml_changes"]
+if TYPE_CHECKING:
+    from pyspark import Accumulator
+
+__all__ = ["CHANGE_DDL", "OP_DELETE", "OP_INSERT", "OP_UPDATE", "Change", "KeyPlan", "counted", "dml_changes"]
 
 CHANGE_DDL: Final = (
     "schema STRING, table STRING, table_id LONG, commit_ts LONG, seq INT, op STRING, "
@@ -91,3 +94,14 @@ def dml_changes(dmls: Iterable[DML], commit_ts: int, first_seq: int = 0) -> Iter
             assert d.old_values is not None
             row = d.old_values
             yield (shape.db, shape.table, tid, commit_ts, seq, OP_DELETE, plan.key(row), plan.row(row), None)
+
+
+def counted(changes: Iterable[Change], counter: Accumulator[int] | None) -> Iterator[Change]:
+    """`changes`, adding how many there were to `counter` once the task has taken them all (counting in
+    the reading task itself: a count over the DataFrame would send every row back to Python)."""
+    n = 0
+    for c in changes:
+        n += 1
+        yield c
+    if counter is not None:
+        counter.add(n)

@@ -37,7 +37,7 @@ from common.pb import pb_binlog_pb2
 from common.schema.model import ColumnInfo, Job, TableInfo
 from common.schema.types import check_type_value
 from spark_jobs.errors import InputError
-from spark_jobs.readers.changes import CHANGE_DDL, OP_DELETE, OP_INSERT, OP_UPDATE, Change, KeyPlan
+from spark_jobs.readers.changes import CHANGE_DDL, OP_DELETE, OP_INSERT, OP_UPDATE, Change, KeyPlan, counted
 from spark_jobs.readers.damage import DamageReport
 from spark_jobs.readers.ranges import DEFAULT_SPLIT_SIZE, Damage, FileRange, plan_ranges, scan_range
 from spark_jobs.replay.ddl import NameTimeline, effective_times
@@ -257,11 +257,12 @@ def files_changes(
     ranges: Sequence[FileRange],
     plan: Broadcast[FilesPlan],
     errors: Accumulator[DamageReport] | None = None,
+    counter: Accumulator[int] | None = None,
 ) -> DataFrame:
-    """The row changes (`CHANGE_DDL`) of pass 2 over `ranges` (one task each)."""
+    """The row changes (`CHANGE_DDL`) of pass 2 over `ranges` (one task each); `counter` counts them."""
 
     def task(rng: FileRange) -> Iterator[Change]:
-        return scan_file_changes(rng, plan.value, errors)
+        return counted(scan_file_changes(rng, plan.value, errors), counter)
 
     rdd = spark.sparkContext.parallelize(list(ranges), max(1, len(ranges))).flatMap(task)
     return spark.createDataFrame(rdd, CHANGE_DDL)

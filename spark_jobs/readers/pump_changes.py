@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from common.errors import BinlogError
 from common.pb import binlog_pb2
 from common.schema.model import Job
-from spark_jobs.readers.changes import CHANGE_DDL, Change, dml_changes
+from spark_jobs.readers.changes import CHANGE_DDL, Change, counted, dml_changes
 from spark_jobs.readers.damage import DamageReport
 from spark_jobs.readers.pump import scan_vlog_range
 from spark_jobs.readers.ranges import Damage, FileRange
@@ -224,11 +224,12 @@ def pump_changes(
     ranges: list[FileRange],
     plan: Broadcast[DecodePlan],
     errors: Accumulator[DamageReport] | None = None,
+    counter: Accumulator[int] | None = None,
 ) -> DataFrame:
-    """The row changes (`CHANGE_DDL`) of pass 2 over `ranges` (one task each)."""
+    """The row changes (`CHANGE_DDL`) of pass 2 over `ranges` (one task each); `counter` counts them."""
 
     def task(rng: FileRange) -> Iterator[Change]:
-        return scan_changes(rng, plan.value, errors)
+        return counted(scan_changes(rng, plan.value, errors), counter)
 
     rdd = spark.sparkContext.parallelize(ranges, max(1, len(ranges))).flatMap(task)
     return spark.createDataFrame(rdd, CHANGE_DDL)

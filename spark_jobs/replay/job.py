@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from common.schema.infoschema import InfoSchema
 from common.schema.model import Job
@@ -33,7 +33,7 @@ from spark_jobs.replay.write import DEFAULT_BATCH_ROWS, FinalTable, WritePlan, p
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["Decoded", "ReplayOptions", "ReplaySummary", "read_decode_compact", "run_replay"]
+__all__ = ["Decoded", "ReplayOptions", "ReplaySummary", "read_decode_compact", "run_replay", "select_tables"]
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ class _Clock:
         self.began = now
 
 
-def _wanted_tables(schema: InfoSchema, names: Sequence[str]) -> list[FinalTable]:
+def select_tables(schema: InfoSchema, names: Sequence[str]) -> list[FinalTable]:
     refs = schema.tables()
     if not names:
         return [FinalTable.of(r.db.name, r.table) for r in refs]
@@ -172,6 +172,7 @@ def read_decode_compact(
     sc = spark.sparkContext
     damage = damage_accumulator(sc)
     errors = damage_accumulator(sc)
+    counter = sc.accumulator(0)
     changes_df: DataFrame
     if opts.pump_dirs:
         from spark_jobs.readers.pump import find_pump_dirs, pump_ranges
@@ -187,14 +188,14 @@ def read_decode_compact(
             f"{len(index):,} committed txns, {len(index.ddl_commits)} DDL, {index.rollbacks} rollbacks",
         )
         schedule, schema = _schedule(jobs, index.ddl_commits, opts)
-        tables = _wanted_tables(schema, opts.tables)
+        tables = select_tables(schema, opts.tables)
         plan = DecodePlan(
             index,
             tuple(s.job.to_json() for s in schedule),
             Window(opts.start_ts, opts.stop_ts),
             frozenset(t.table_id for t in tables),
         )
-        changes_df = pump_changes(spark, ranges, sc.broadcast(plan), errors)
+        changes_df = pump_changes(spark, ranges, sc.broadcast(plan), errors, counter)
     else:
         assert opts.files_dir is not None
         from spark_jobs.readers.files import FilesPlan, file_ranges, files_changes, scan_ddl
@@ -209,7 +210,7 @@ def read_decode_compact(
             f"({len(matched)} matched to the history)",
         )
         schedule, schema = _schedule(jobs, matched, opts)
-        tables = _wanted_tables(schema, opts.tables)
+        tables = select_tables(schema, opts.tables)
         fplan = FilesPlan(
             tuple(s.job.to_json() for s in schedule),
             matched,
@@ -218,22 +219,12 @@ def read_decode_compact(
             frozenset(t.table_id for t in tables),
             opts.files_tz,
         )
-        changes_df = files_changes(spark, franges, sc.broadcast(fplan), errors)
+        changes_df = files_changes(spark, franges, sc.broadcast(fplan), errors, counter)
     progress(
         "schema",
         f"{len(schedule)} DDL jobs, schema version {schema.version} at stop-ts, {len(tables)} table(s) to replay",
     )
-    counter = sc.accumulator(0)
-
-    def count_rows(rows: Any) -> Any:
-        n = 0
-        for r in rows:
-            n += 1
-            yield r
-        counter.add(n)
-
-    counted = spark.createDataFrame(changes_df.rdd.mapPartitions(count_rows), changes_df.schema)
-    final = compact(counted, start_ts=opts.start_ts, stop_ts=opts.stop_ts, keep_tables=[t.table_id for t in tables])
+    final = compact(changes_df, start_ts=opts.start_ts, stop_ts=opts.stop_ts, keep_tables=[t.table_id for t in tables])
     final = final.persist(StorageLevel.MEMORY_AND_DISK)
     final_rows = final.count()
     progress("decode+compact", f"{counter.value:,} row changes -> {final_rows:,} final rows and tombstones")

@@ -80,3 +80,18 @@ def test_mysql_table_at_final_schema() -> None:
     )
     assert "PRIMARY KEY (`id`)" in sql
     assert sql.endswith("ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin")
+
+
+def test_tables_filter_names_a_missing_table() -> None:
+    from common.schema.infoschema import InfoSchema
+    from spark_jobs.errors import InputError
+    from spark_jobs.replay.job import select_tables
+
+    h = HistoryBuilder()
+    h.add(lambda p: p.create_database("d"), ts=1)
+    h.add(lambda p: p.create_table("d", "t", [Column("id", "INT", nullable=False)], primary_key=["id"]), ts=2)
+    schema = InfoSchema.from_jobs(h.jobs)
+    assert [t.full_name for t in select_tables(schema, ["D.T"])] == ["d.t"]
+    assert [t.full_name for t in select_tables(schema, [])] == ["d.t"]
+    with pytest.raises(InputError, match=r"--tables: table d\.gone is not in the schema at stop-ts \(tables: d\.t\)"):
+        select_tables(schema, ["d.gone"])
