@@ -112,14 +112,15 @@ def plan_table(ep: Endpoint, conn: Connection, t: AuditTable, chunk_size: int) -
         (hi,) = convert(ep, t, (hi_raw,), t.chunk_key)
         return rows, int_chunks(int(lo), int(hi), rows, chunk_size)
     cols = ", ".join(d.select_expr(t.info.columns[p]) for p in t.chunk_key)
-    p = sample_fraction(rows, n)
+    fraction = sample_fraction(rows, n)
     where = ""
     params: list[object] = []
-    if p < 1.0:
+    if fraction < 1.0:
         if ep.kind == "sqlite":
-            where, params = " WHERE abs(random() % ?) < ?", [_SQLITE_RANDOM_SCALE, int(p * _SQLITE_RANDOM_SCALE)]
+            where = " WHERE abs(random() % ?) < ?"
+            params = [_SQLITE_RANDOM_SCALE, int(fraction * _SQLITE_RANDOM_SCALE)]
         else:
-            where, params = " WHERE RAND() < %s", [p]
+            where, params = " WHERE RAND() < %s", [fraction]
     sample = query_all(conn, f"SELECT {cols} FROM {table}{where} ORDER BY {', '.join(exprs)}", params)
     keys = [convert(ep, t, r, t.chunk_key) for r in sample]
     return rows, boundary_chunks(keys, rows, chunk_size)

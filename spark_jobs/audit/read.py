@@ -91,26 +91,28 @@ class Endpoint:
     @classmethod
     def parse(cls, text: str, *, prefix: str = "") -> Endpoint:
         """ConfigError (one line) for a DSN that is not one of the module's forms; nothing is connected."""
-        if text.strip().lower().startswith("mysql:"):
-            parts = urlsplit(text.strip())
-            if parts.path.strip("/"):
+        try:
+            return cls._parse(text.strip(), prefix)
+        except ConfigError as exc:  # common.dsn names its DSNs after the txn-status store
+            raise ConfigError(str(exc).replace("txn-status DSN ", "DSN ", 1)) from None
+
+    @classmethod
+    def _parse(cls, text: str, prefix: str) -> Endpoint:
+        scheme, sep, _ = text.partition(":")
+        if sep and scheme.lower() == "mysql":
+            if urlsplit(text).path.strip("/"):
                 dsn = parse_dsn(text)
                 assert isinstance(dsn, MySQLDSN)
                 return cls("mysql", "", dsn.host, dsn.port, dsn.user, dsn.password, dsn.database, prefix)
-            server = MySQLServer.parse(text.strip())
+            server = MySQLServer.parse(text)
             return cls("mysql", "", server.host, server.port, server.user, server.password, "", prefix)
         if prefix:
             raise ConfigError(f"{text!r}: a database prefix only applies to a MySQL side")
-        scheme, sep, _ = text.strip().partition(":")
         if sep and "://" in text and scheme.lower() != "sqlite":
             raise ConfigError(f"{text!r}: unsupported scheme {scheme!r}; {_FORMS}")
-        try:
-            dsn_ = parse_dsn(text)
-        except ConfigError as exc:  # common.dsn names its DSNs after the txn-status store
-            raise ConfigError(str(exc).replace("txn-status DSN ", "DSN ", 1)) from None
-        if isinstance(dsn_, MySQLDSN):  # pragma: no cover - mysql: is handled above
-            raise ConfigError(f"{text!r}: unexpected MySQL DSN")
-        path = str(dsn_.path)
+        sqlite = parse_dsn(text)
+        assert not isinstance(sqlite, MySQLDSN)  # mysql: was handled above
+        path = str(sqlite.path)
         if path.startswith("//") and not path.startswith("///"):
             path = path[1:]  # sqlite:///<absolute path> gives //abs/path: the same file, shown once
         return cls("sqlite", path)

@@ -23,7 +23,7 @@ from spark_jobs.audit.cli import add_parsers
 from spark_jobs.audit.compare import DOWN, UP
 from spark_jobs.audit.job import prepare, run_audit
 from spark_jobs.audit.plan import Chunk
-from spark_jobs.audit.read import Endpoint, read_partition
+from spark_jobs.audit.read import Endpoint, chunk_sql, query_all, read_partition
 from tests.functional.test_store_values import CASES
 from tests.harness.mysql import MySQLDSN
 from upstream.store.base import Store
@@ -222,6 +222,46 @@ def test_mysql_upstream_with_a_database_prefix(pair: Pair, spark: SparkSession, 
     pair.sql("UPDATE by_name SET v = 0 WHERE name = 'é5'")
     report = run_audit(spark, up, down, tables, chunk_size=7)
     assert [(e.kind, e.key) for e in report.table(f"{logical}.by_name").examples] == [("different", "name='é5'")]
+
+
+BIG = _table("big", [("name", "varchar(16)", False), ("n", "int", False), ("v", "int", True)], ["name", "n"])
+
+
+def test_sampled_boundaries_cut_both_sides_alike(pair: Pair) -> None:
+    """A composite string key sampled from either store: every row of either side in exactly one chunk."""
+    # 'a..' < 'B..' case-insensitively, 'B..' < 'a..' byte-wise: the MySQL side's collation orders otherwise
+    rows = [{"name": f"{'aB'[i % 2]}{i % 53:02d}é", "n": i, "v": i} for i in range(3000)]
+    stores: list[Store] = [
+        SqliteStore(pair.up_path, ""),
+        MySQLStore(StoreDSN(pair.mysql.host, pair.mysql.port, pair.mysql.user, pair.mysql.password, pair.db), ""),
+    ]
+    for store in stores:
+        s = store.session()
+        try:
+            for sql in store.dialect().create_table_sql(pair.db, BIG):
+                s.execute(sql)
+            for h, row in enumerate(rows, start=1):
+                s.insert_row(pair.db, BIG, h, row)
+        finally:
+            s.close()
+    pair.sql("ALTER TABLE big MODIFY name VARCHAR(16) COLLATE utf8mb4_general_ci NOT NULL")
+    for up, down in ((pair.up, pair.down), (pair.down, pair.up)):  # sqlite's random() and MySQL's RAND()
+        prep = prepare(up, down, [(pair.db, "big")], chunk_size=100)
+        ((t, chunks),) = prep.plans
+        assert t.chunk_key == (0, 1)
+        assert 15 <= len(chunks) <= 30  # ~3000 / 100, from a sample of about a third of the keys
+        for ep in (up, down):
+            conn = ep.connect()
+            try:
+                seen = []
+                for c in chunks:
+                    sql, params = chunk_sql(ep, t, UP if ep is up else DOWN, c)
+                    got = query_all(conn, sql, params)
+                    assert 0 < len(got) <= 500, c.describe()
+                    seen += [(str(r[0]), int(r[1])) for r in got]
+            finally:
+                conn.close()
+            assert sorted(seen) == sorted((r["name"], r["n"]) for r in rows), ep.describe()
 
 
 def test_sqlite_to_sqlite_compares_raw_values(spark: SparkSession, tmp_path: Path) -> None:
