@@ -301,7 +301,7 @@ def audit_schema(
                 diff.upstream_rows = len(up_rows)
                 diff.problem = f"missing downstream (upstream has {diff.upstream_rows} rows)"
                 continue
-            columns = _column_mismatch(t, downstream.column_names(ref.db.name, t.name))
+            columns = column_mismatch(t, downstream.column_names(ref.db.name, t.name))
             if columns:
                 diff.upstream_rows = len(up_rows)
                 diff.problem = columns
@@ -321,7 +321,7 @@ def audit_schema(
     return result
 
 
-def _column_mismatch(t: TableInfo, names: Sequence[str]) -> str:
+def column_mismatch(t: TableInfo, names: Sequence[str]) -> str:
     """Why the downstream columns are not the table's visible columns ("" when they are)."""
     have = {n.lower() for n in names} - {HIDDEN_HANDLE}
     want = {c.lname for c in t.columns}

@@ -6,7 +6,7 @@ The audit needs no etcd: each side's table is described by its own store (``read
 :class:`AuditTable` both sides are read with:
 
 * columns: the upstream's visible columns in its order (never the writer's hidden handle
-  ``_tidb_rowid``); the downstream must have the same names (``tools.audit._column_mismatch``).
+  ``_tidb_rowid``); the downstream must have the same names (``tools.audit.column_mismatch``).
 * types: a MySQL side knows them (``COLUMN_TYPE``, parsed by ``common.schema.types.parse_type``;
   a MariaDB JSON column is ``longtext`` with a ``json_valid`` check and is read as JSON), and
   then both sides convert their values through it (``Dialect.from_store``), so an sqlite store
@@ -33,7 +33,7 @@ from common.codec.flatten import INTEGER_TYPES, STRING_TYPES, MySQLType
 from common.errors import BinlogError
 from common.schema.model import HIDDEN_HANDLE, ColumnInfo, IndexInfo, TableInfo
 from common.schema.types import parse_type
-from tools.audit import KeyChoice, _column_mismatch, choose_key
+from tools.audit import KeyChoice, choose_key, column_mismatch
 from upstream.store.base import PK_INDEX
 
 __all__ = [
@@ -195,7 +195,7 @@ def audit_table(up: StoreTable, down: StoreTable) -> AuditTable:
             for i, c in enumerate(up.visible())
         ),
     )
-    mismatch = _column_mismatch(upstream_names, [c.name for c in down.columns])
+    mismatch = column_mismatch(upstream_names, [c.name for c in down.columns])
     if mismatch:
         raise TableProblemError(mismatch)
     typed_side = up if up.typed else down if down.typed else up
