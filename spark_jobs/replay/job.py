@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from common.schema.infoschema import InfoSchema
 from common.schema.model import Job
@@ -163,6 +163,71 @@ def _no_progress(name: str, detail: str) -> None:
     log.info("stage %s: %s", name, detail)
 
 
+@dataclass
+class _Accumulators:
+    damage: Any
+    errors: Any
+    counter: Any
+
+
+def _from_pumps(
+    spark: SparkSession, opts: ReplayOptions, jobs: list[Job], acc: _Accumulators, progress: Progress
+) -> tuple[DataFrame, list[ScheduledJob], InfoSchema, list[FinalTable]]:
+    from spark_jobs.readers.pump import find_pump_dirs, pump_ranges
+    from spark_jobs.readers.pump_changes import DecodePlan, Window, index_range, merge_index, pump_changes
+
+    sc = spark.sparkContext
+    damage = acc.damage
+    pumps = find_pump_dirs(list(opts.pump_dirs))
+    ranges = pump_ranges(pumps, opts.split_size)
+    parts = sc.parallelize(ranges, max(1, len(ranges))).map(lambda r: index_range(r, damage)).collect()
+    index = merge_index(parts)
+    progress(
+        "index",
+        f"{index.records:,} records in {len(pumps)} pump(s), {len(ranges)} range(s): "
+        f"{len(index):,} committed txns, {len(index.ddl_commits)} DDL, {index.rollbacks} rollbacks",
+    )
+    schedule, schema = _schedule(jobs, index.ddl_commits, opts)
+    tables = select_tables(schema, opts.tables)
+    plan = DecodePlan(
+        index,
+        tuple(s.job.to_json() for s in schedule),
+        Window(opts.start_ts, opts.stop_ts),
+        frozenset(t.table_id for t in tables),
+    )
+    return pump_changes(spark, ranges, sc.broadcast(plan), acc.errors, acc.counter), schedule, schema, tables
+
+
+def _from_files(
+    spark: SparkSession, opts: ReplayOptions, jobs: list[Job], acc: _Accumulators, progress: Progress
+) -> tuple[DataFrame, list[ScheduledJob], InfoSchema, list[FinalTable]]:
+    from spark_jobs.readers.files import FilesPlan, file_ranges, files_changes, scan_ddl
+
+    assert opts.files_dir is not None
+    sc = spark.sparkContext
+    damage = acc.damage
+    ranges: list[FileRange] = file_ranges(opts.files_dir, opts.split_size)
+    parts = sc.parallelize(ranges, max(1, len(ranges))).map(lambda r: scan_ddl(r, damage)).collect()
+    ddl_records = [d for p in parts for d in p.ddl]
+    matched = match_ddl_queries(jobs, ddl_records)
+    progress(
+        "index",
+        f"{sum(p.records for p in parts):,} records in {len(ranges)} range(s): {len(ddl_records)} DDL "
+        f"({len(matched)} matched to the history)",
+    )
+    schedule, schema = _schedule(jobs, matched, opts)
+    tables = select_tables(schema, opts.tables)
+    plan = FilesPlan(
+        tuple(s.job.to_json() for s in schedule),
+        matched,
+        opts.start_ts,
+        opts.stop_ts,
+        frozenset(t.table_id for t in tables),
+        opts.files_tz,
+    )
+    return files_changes(spark, ranges, sc.broadcast(plan), acc.errors, acc.counter), schedule, schema, tables
+
+
 def read_decode_compact(
     spark: SparkSession, opts: ReplayOptions, jobs: list[Job], progress: Progress = _no_progress
 ) -> Decoded:
@@ -170,65 +235,19 @@ def read_decode_compact(
     from pyspark import StorageLevel
 
     sc = spark.sparkContext
-    damage = damage_accumulator(sc)
-    errors = damage_accumulator(sc)
-    counter = sc.accumulator(0)
-    changes_df: DataFrame
-    if opts.pump_dirs:
-        from spark_jobs.readers.pump import find_pump_dirs, pump_ranges
-        from spark_jobs.readers.pump_changes import DecodePlan, Window, index_range, merge_index, pump_changes
-
-        pumps = find_pump_dirs(list(opts.pump_dirs))
-        ranges = pump_ranges(pumps, opts.split_size)
-        parts = sc.parallelize(ranges, max(1, len(ranges))).map(lambda r: index_range(r, damage)).collect()
-        index = merge_index(parts)
-        progress(
-            "index",
-            f"{index.records:,} records in {len(pumps)} pump(s), {len(ranges)} range(s): "
-            f"{len(index):,} committed txns, {len(index.ddl_commits)} DDL, {index.rollbacks} rollbacks",
-        )
-        schedule, schema = _schedule(jobs, index.ddl_commits, opts)
-        tables = select_tables(schema, opts.tables)
-        plan = DecodePlan(
-            index,
-            tuple(s.job.to_json() for s in schedule),
-            Window(opts.start_ts, opts.stop_ts),
-            frozenset(t.table_id for t in tables),
-        )
-        changes_df = pump_changes(spark, ranges, sc.broadcast(plan), errors, counter)
-    else:
-        assert opts.files_dir is not None
-        from spark_jobs.readers.files import FilesPlan, file_ranges, files_changes, scan_ddl
-
-        franges: list[FileRange] = file_ranges(opts.files_dir, opts.split_size)
-        fparts = sc.parallelize(franges, max(1, len(franges))).map(lambda r: scan_ddl(r, damage)).collect()
-        ddl_records = [d for p in fparts for d in p.ddl]
-        matched = match_ddl_queries(jobs, ddl_records)
-        progress(
-            "index",
-            f"{sum(p.records for p in fparts):,} records in {len(franges)} range(s): {len(ddl_records)} DDL "
-            f"({len(matched)} matched to the history)",
-        )
-        schedule, schema = _schedule(jobs, matched, opts)
-        tables = select_tables(schema, opts.tables)
-        fplan = FilesPlan(
-            tuple(s.job.to_json() for s in schedule),
-            matched,
-            opts.start_ts,
-            opts.stop_ts,
-            frozenset(t.table_id for t in tables),
-            opts.files_tz,
-        )
-        changes_df = files_changes(spark, franges, sc.broadcast(fplan), errors, counter)
+    acc = _Accumulators(damage_accumulator(sc), damage_accumulator(sc), sc.accumulator(0))
+    read = _from_pumps if opts.pump_dirs else _from_files
+    changes, schedule, schema, tables = read(spark, opts, jobs, acc, progress)
     progress(
         "schema",
         f"{len(schedule)} DDL jobs, schema version {schema.version} at stop-ts, {len(tables)} table(s) to replay",
     )
-    final = compact(changes_df, start_ts=opts.start_ts, stop_ts=opts.stop_ts, keep_tables=[t.table_id for t in tables])
+    final = compact(changes, start_ts=opts.start_ts, stop_ts=opts.stop_ts, keep_tables=[t.table_id for t in tables])
     final = final.persist(StorageLevel.MEMORY_AND_DISK)
     final_rows = final.count()
-    progress("decode+compact", f"{counter.value:,} row changes -> {final_rows:,} final rows and tombstones")
-    return Decoded(final, tables, schema, counter.value, final_rows, damage.value, errors.value)
+    n = int(acc.counter.value)
+    progress("decode+compact", f"{n:,} row changes -> {final_rows:,} final rows and tombstones")
+    return Decoded(final, tables, schema, n, final_rows, acc.damage.value, acc.errors.value)
 
 
 def _write_sql(spark: SparkSession, d: Decoded, target: Target, batch_rows: int) -> list[tuple[int, int, int]]:

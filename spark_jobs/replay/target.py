@@ -75,7 +75,7 @@ def parse_target(to: str | None, to_parquet: str | None, db_prefix: str = "") ->
             host, _, tail = rest[2:].partition("/")
             if host:
                 raise TargetError(f"--to {to}: sqlite takes no host; use sqlite:///path.db")
-            path = "/" + tail
+            path = "/" + tail.lstrip("/")
         if not path:
             raise TargetError(f"--to {to}: sqlite needs a file path (sqlite:///path.db)")
         return SqliteTarget(Path(path))
