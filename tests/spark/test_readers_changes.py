@@ -7,6 +7,7 @@ import datetime as dt
 import json
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -169,3 +170,38 @@ def test_file_sink_values_become_the_stored_values() -> None:
     assert canonical(c["ch"], None) is None
     with pytest.raises(Exception, match="enum index 9"):
         canonical(c["e"], 9)
+
+
+def test_replay_reports_a_corrupted_record_and_goes_on(spark: Any, tmp_path: Path) -> None:
+    import sqlite3
+
+    from pump.storage.vlog_record import HEADER_SIZE
+    from spark_jobs.replay.job import ReplayOptions, run_replay
+    from spark_jobs.replay.target import SqliteTarget
+
+    h = HistoryBuilder()
+    h.add(lambda p: p.create_database("d"), ts=1)
+    h.add(lambda p: p.create_table("d", "t", [Column("id", "INT", nullable=False)], primary_key=["id"]), ts=2)
+    t = _table(h, "t")
+    binlogs = []
+    for i in range(3):
+        m = MutationLog()
+        m.insert(t, i, {"id": i})
+        binlogs += txn_binlogs(10 + 10 * i, 15 + 10 * i, _prewrite_value(h, m))
+    ptrs = write_pump_dir(tmp_path / "p0", binlogs)
+    write_pump_dir(tmp_path / "p1", [])
+    _, offset = ptrs[2]  # the second transaction's prewrite
+    with open(tmp_path / "p0" / "value" / "000000.vlog", "r+b") as f:
+        f.seek(offset + HEADER_SIZE + 1)
+        f.write(b"\xff\xff")
+    lines: list[str] = []
+    opts = ReplayOptions(SqliteTarget(tmp_path / "out.db"), pump_dirs=(str(tmp_path / "p0"), str(tmp_path / "p1")))
+    summary = run_replay(spark, opts, h.jobs, out=lines.append)
+    assert (summary.damage.corrupted, summary.changes, summary.written) == (1, 2, 2)
+    assert "damaged input:" in lines[-1]
+    assert f"000000.vlog offset {offset}" in lines[-1]
+    conn = sqlite3.connect(tmp_path / "out.db")
+    try:
+        assert sorted(conn.execute('SELECT id FROM "d.t"')) == [(0,), (2,)]
+    finally:
+        conn.close()
