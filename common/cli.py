@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 
@@ -15,6 +16,29 @@ def fail(command: str, message: str, status: int = 2) -> int:
     """Print one error line for `command` on stderr and return the exit status."""
     print(f"{command}: {message}", file=sys.stderr)
     return status
+
+
+def positive_int(text: str) -> int:
+    """An argparse `type`: an integer above 0, or a one-line usage error."""
+    n = _int_arg(text)
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {n}")
+    return n
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse `type`: an integer of 0 or more, or a one-line usage error."""
+    n = _int_arg(text)
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {n}")
+    return n
+
+
+def _int_arg(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
 
 
 def check_listen_addr(key: str, host: str, port: int) -> None:

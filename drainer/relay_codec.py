@@ -36,7 +36,7 @@ from typing import Any, Final
 
 from common.codec.flatten import BINARY_CHARSET, DEFAULT_CHARSET, ColumnType, MySQLType
 from common.codec.json_binary import json_to_text, parse_json_text
-from common.codec.mytime import MysqlTime, format_duration, format_time
+from common.codec.mytime import format_duration
 from common.errors import CodecError
 from common.pb import secondary_binlog_pb2 as spb
 from common.schema.defaults import parse_date_text, parse_datetime_text, parse_time_text
@@ -44,7 +44,7 @@ from common.schema.infoschema import InfoSchema
 from common.schema.model import ColumnInfo, IndexInfo, Job, JobType, TableInfo
 from drainer.events import DDL, DML, DMLType, TableShape, Txn
 from drainer.filters import ddl_event
-from drainer.sinks.file import type_name
+from drainer.sinks.file import time_text, type_name
 
 __all__ = [
     "RELAY_TIME_ZONE",
@@ -217,7 +217,7 @@ def _put_value(c: spb.Column, v: Any, ct: ColumnType) -> None:
     elif tp == MySQLType.YEAR:
         c.string_value = str(int(v))
     elif tp in _TIME_TYPES:
-        c.string_value = _time_text(v, ct)
+        c.string_value = time_text(v, ct, _dt.UTC)
     elif tp == MySQLType.DURATION:
         c.string_value = format_duration(v, ct.fsp)
     elif tp == MySQLType.JSON:
@@ -232,16 +232,6 @@ def _put_value(c: spb.Column, v: Any, ct: ColumnType) -> None:
         c.bytes_value = bytes(v)
     else:
         c.string_value = v
-
-
-def _time_text(v: Any, ct: ColumnType) -> str:
-    if ct.tp == MySQLType.DATE:
-        if isinstance(v, MysqlTime):
-            return f"{v.year:04d}-{v.month:02d}-{v.day:02d}"
-        return format_time(v.date() if isinstance(v, _dt.datetime) else v)
-    if ct.tp == MySQLType.TIMESTAMP and isinstance(v, _dt.datetime) and v.tzinfo is not None:
-        v = v.astimezone(_dt.UTC).replace(tzinfo=None)
-    return format_time(v, ct.fsp)
 
 
 def _enum_index(ct: ColumnType, v: str) -> int:

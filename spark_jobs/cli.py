@@ -21,6 +21,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Final
 
+from common.cli import positive_int
 from common.config import run_command
 from common.config.cli import ArgumentParser
 from common.errors import BinlogError, ConfigError
@@ -41,16 +42,6 @@ def _ts(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a TSO (an integer)") from None
     if n < 0:
         raise argparse.ArgumentTypeError(f"a TSO cannot be negative, got {n}")
-    return n
-
-
-def _positive(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if n <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {n}")
     return n
 
 
@@ -122,14 +113,14 @@ def _add_replay(sub: Any) -> None:
     p.add_argument("--tables", type=_tables, action="extend", metavar="DB.T,...", help="only these tables")
     p.add_argument(
         "--split-size",
-        type=_positive,
+        type=positive_int,
         default=DEFAULT_SPLIT_SIZE,
         metavar="BYTES",
         help=f"bytes of a file per read task (default {DEFAULT_SPLIT_SIZE})",
     )
     p.add_argument(
         "--batch-rows",
-        type=_positive,
+        type=positive_int,
         default=DEFAULT_BATCH_ROWS,
         metavar="N",
         help=f"rows per REPLACE / DELETE statement (default {DEFAULT_BATCH_ROWS})",

@@ -52,6 +52,7 @@ __all__ = [
     "FileSink",
     "ddl_query_text",
     "read_pb_binlogs",
+    "time_text",
     "txn_to_pb",
     "type_name",
 ]
@@ -115,7 +116,8 @@ def type_name(ct: ColumnType) -> str:
     return name
 
 
-def _time_text(value: Any, ct: ColumnType, tz: _dt.tzinfo | None) -> str:
+def time_text(value: Any, ct: ColumnType, tz: _dt.tzinfo | None) -> str:
+    """DATE / DATETIME / TIMESTAMP as text; TIMESTAMP in `tz` (None: this host's zone), naive ones taken as UTC."""
     if isinstance(value, MysqlTime):
         if ct.tp == MySQLType.DATE:
             return f"{value.year:04d}-{value.month:02d}-{value.day:02d}"
@@ -138,7 +140,7 @@ def encode_value(value: Any, ct: ColumnType, tz: _dt.tzinfo | None = None) -> by
         return _NULL_BYTES
     tp = ct.tp
     if tp in (MySQLType.DATE, MySQLType.DATETIME, MySQLType.TIMESTAMP):
-        return encode_datum(bytes_datum(_time_text(value, ct, tz)))
+        return encode_datum(bytes_datum(time_text(value, ct, tz)))
     if tp == MySQLType.DURATION:
         if not isinstance(value, _dt.timedelta):
             raise CodecError(f"{type(value).__name__} value {value!r} does not fit column type time")

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from common.cli import non_negative_int, positive_int
 from common.errors import BinlogError
 from spark_jobs.audit.plan import DEFAULT_CHUNK_SIZE
 from spark_jobs.audit.report import EXAMPLES
@@ -36,31 +37,14 @@ class _Report(Protocol):
     def render(self) -> str: ...
 
 
-def _positive(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if n <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {n}")
-    return n
-
-
-def _non_negative(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, got {n}")
-    return n
-
-
 def _output_args(p: argparse.ArgumentParser, examples: int) -> None:
     p.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default table)")
     p.add_argument("--json", metavar="FILE", type=Path, help="also write the JSON report to FILE")
     p.add_argument(
-        "--examples", type=_non_negative, default=examples, help=f"examples per kind of difference (default {examples})"
+        "--examples",
+        type=non_negative_int,
+        default=examples,
+        help=f"examples per kind of difference (default {examples})",
     )
 
 
@@ -82,7 +66,7 @@ def add_parsers(subparsers: Any) -> None:
     )
     a.add_argument(
         "--chunk-size",
-        type=_positive,
+        type=positive_int,
         default=DEFAULT_CHUNK_SIZE,
         metavar="N",
         help=f"rows per chunk (default {DEFAULT_CHUNK_SIZE})",
@@ -106,7 +90,7 @@ def add_parsers(subparsers: Any) -> None:
         "--txn-status", metavar="DSN", help="the upstream's txn-status store (sqlite path or mysql://.../db)"
     )
     b.add_argument(
-        "--since-ts", type=_non_negative, default=0, metavar="TS", help="check only transactions with start_ts >= TS"
+        "--since-ts", type=non_negative_int, default=0, metavar="TS", help="check only transactions with start_ts >= TS"
     )
     _output_args(b, BINLOG_EXAMPLES)
     b.set_defaults(func=audit_binlog_main)

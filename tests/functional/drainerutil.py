@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shutil
 import socket
+import threading
 import uuid
 from concurrent.futures import Future
 from pathlib import Path
@@ -27,6 +28,7 @@ from tests.functional.pumputil import PumpClient
 from tools.localcluster import DrainerProcess, EtcdProcess, PDProcess, PumpProcess, TLSSettings
 from tools.procs import ManagedProcess, wait_for
 from upstream.database import Database
+from upstream.workloads.runner import run
 
 PUMP_FAST = ["--gen-binlog-interval", "1", "--heartbeat-interval", "1"]
 DRAINER_FAST = ["--detect-interval", "1", "--syncer.safe-mode-duration", "0s"]
@@ -59,6 +61,23 @@ class SinglePumpClient:
 
 
 _SETPRIV = shutil.which("setpriv")
+
+
+def run_side_by_side(db: Database, workloads: dict[str, Any], *, threads: int, seed: int, txns: int) -> dict[str, Any]:
+    """Set up each workload, then run them all at once, each from `threads` threads; their results by name."""
+    for w in workloads.values():
+        w.setup(db)
+    results: dict[str, Any] = {}
+
+    def go(name: str, w: Any) -> None:
+        results[name] = run(db, w, threads=threads, seed=seed, txns=txns)
+
+    running = [threading.Thread(target=go, args=(n, w)) for n, w in workloads.items()]
+    for t in running:
+        t.start()
+    for t in running:
+        t.join()
+    return results
 
 
 def distinct_ports(n: int) -> list[int]:

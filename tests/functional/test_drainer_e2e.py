@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.functional.audit import audit_mysql
-from tests.functional.drainerutil import Cluster
+from tests.functional.drainerutil import Cluster, run_side_by_side
 from tools.procs import wait_for
 from upstream.database import Database
 from upstream.ddl import Column
@@ -44,18 +44,7 @@ def test_sysbench_and_ddl_workloads_replicate_exactly(cluster: Cluster) -> None:
     db = cluster.writer()
     sb = make_workload("sysbench", WorkloadOptions(database=cluster.dbname("sb"), tables=2, table_size=200))
     ddl = make_workload("ddl", WorkloadOptions(database=cluster.dbname("ddl"), ddl_ratio=0.15))
-    sb.setup(db)
-    ddl.setup(db)
-    results: dict[str, Any] = {}
-
-    def go(name: str, w: Any) -> None:
-        results[name] = run(db, w, threads=3, seed=7, txns=300)
-
-    threads = [threading.Thread(target=go, args=(n, w)) for n, w in (("sb", sb), ("ddl", ddl))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    results = run_side_by_side(db, {"sb": sb, "ddl": ddl}, threads=3, seed=7, txns=300)
     for name in ("sb", "ddl"):
         r = results[name]
         assert r.crashed == [], r.summary()

@@ -12,7 +12,6 @@ import re
 import subprocess
 import sys
 import textwrap
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,14 +27,13 @@ from common.schema.types import parse_type
 from drainer.events import DDL, DML, DMLType, TableShape, Txn
 from drainer.sinks.file import read_pb_binlogs, txn_to_pb
 from tests.functional.audit import audit_mysql
-from tests.functional.drainerutil import Cluster, distinct_ports, unique_name
+from tests.functional.drainerutil import Cluster, distinct_ports, run_side_by_side, unique_name
 from tests.harness.mysql import MySQLDSN
 from tools.audit import DialectReader, audit_schema, mysql_reader
 from tools.procs import wait_for
 from upstream.ddl import Column
 from upstream.store.mysql import MySQLDialect
 from upstream.workloads import WorkloadOptions, make_workload
-from upstream.workloads.runner import run
 
 pytestmark = pytest.mark.functional
 
@@ -114,18 +112,7 @@ def test_replay_equals_the_mysql_drainer_and_the_upstream(cluster: Cluster, tmp_
     db = cluster.writer()
     sb = make_workload("sysbench", WorkloadOptions(database=cluster.dbname("rsb"), tables=2, table_size=100))
     ddl = make_workload("ddl", WorkloadOptions(database=cluster.dbname("rddl"), ddl_ratio=0.15))
-    sb.setup(db)
-    ddl.setup(db)
-    results: dict[str, Any] = {}
-
-    def go(name: str, w: Any) -> None:
-        results[name] = run(db, w, threads=2, seed=17, txns=150)
-
-    threads = [threading.Thread(target=go, args=(n, w)) for n, w in (("sb", sb), ("ddl", ddl))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    results = run_side_by_side(db, {"sb": sb, "ddl": ddl}, threads=2, seed=17, txns=150)
     for r in results.values():
         assert r.crashed == [], r.summary()
     end = cluster.now()

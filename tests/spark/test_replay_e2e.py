@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +19,11 @@ import pytest
 from common.schema.model import Job
 from spark_jobs.readers.ddl import read_export
 from tests.functional.audit import audit_mysql, audit_sqlite
-from tests.functional.drainerutil import Cluster
+from tests.functional.drainerutil import Cluster, run_side_by_side
 from tests.spark.test_replay_cli import spark_cli
 from tools.audit import DialectReader, audit_schema, mysql_reader
 from upstream.store.mysql import MySQLDialect
 from upstream.workloads import WorkloadOptions, make_workload
-from upstream.workloads.runner import run
 
 pytestmark = [pytest.mark.spark, pytest.mark.functional]
 
@@ -56,18 +54,7 @@ def history(cluster: Cluster) -> dict[str, Any]:
     db = cluster.writer()
     sb = make_workload("sysbench", WorkloadOptions(database=cluster.dbname("ssb"), tables=2, table_size=60))
     ddl = make_workload("ddl", WorkloadOptions(database=cluster.dbname("sddl"), ddl_ratio=0.12))
-    sb.setup(db)
-    ddl.setup(db)
-    results: dict[str, Any] = {}
-
-    def go(name: str, w: Any) -> None:
-        results[name] = run(db, w, threads=2, seed=23, txns=120)
-
-    threads = [threading.Thread(target=go, args=(n, w)) for n, w in (("sb", sb), ("ddl", ddl))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    results = run_side_by_side(db, {"sb": sb, "ddl": ddl}, threads=2, seed=23, txns=120)
     for r in results.values():
         assert r.crashed == [], r.summary()
     end = cluster.now()
