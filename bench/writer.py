@@ -20,10 +20,19 @@ txn/s and of p50 / p99; ``ratio_txn_per_s`` = on / off; ``added_latency_p50_pct`
 writer process, the pumps and pd-server per committed transaction (where binlog's price goes on a
 machine whose cores they share; a local MySQL server is not counted); the top-level values are those
 of the largest thread count, ``target_met`` needs every count to pass.  The workload's invariant check
-runs at the end.  One JSON object goes to stdout, progress to stderr; exit status 1 if a
-process died, a check failed or a run committed nothing.
+runs at the end.
 
-Usage: ``python bench/writer.py [--store mysql|sqlite] [--threads 1,8] [--duration S] [--runs N] [--quick]``.
+``--breakdown`` adds two modes that split the added latency by where it comes from: ``binlog_null``
+(binlog on, but the pump client is a stand-in that sends nothing: the txn-status row, the prewrite
+thread hand-off and the commit-binlog encoding) and ``binlog_echo`` (the stand-in sends each binlog
+over gRPC to a bare grpcio server that answers at once, ``_pumpbench.BaselineServer``: everything but
+the pump itself).  ``binlog_on - binlog_echo`` is then the pump's own part.
+
+One JSON object goes to stdout, progress to stderr; exit status 1 if a process died, a check failed
+or a run committed nothing.
+
+Usage: ``python bench/writer.py [--store mysql|sqlite] [--threads 1,8] [--duration S] [--runs N]
+[--breakdown] [--quick]``.
 """
 
 from __future__ import annotations
@@ -35,12 +44,16 @@ import os
 import sys
 import time
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pymysql
-from _pumpbench import TempDir, env_info, install_sigterm, log, median
+from _pumpbench import WRITE_METHOD, BaselineServer, TempDir, env_info, install_sigterm, log, median
 
+from common.pb import binlog_pb2, gogo
+from pump_client.payload import EncodedBinlog, encode_write_req
 from tools.localcluster import EtcdProcess, PDProcess, PumpProcess
 from upstream.database import Database
 from upstream.workloads import WorkloadOptions, runner
@@ -94,6 +107,43 @@ class MySQLDatabase:
                     cur.execute(f"DROP DATABASE `{n}`")
         finally:
             conn.close()
+
+
+class StandInClient:
+    """A pump client for the breakdown modes: the calls ``upstream.Database`` makes, no pump behind them.
+
+    With ``addr`` every binlog is one raw ``WriteBinlog`` call to the bare grpcio server there (commit
+    binlogs on 4 background threads, as the real client's dispatcher); without, nothing is sent."""
+
+    max_binlog_size = 1 << 30
+
+    def __init__(self, addr: str | None) -> None:
+        self._channel = None if addr is None else grpc.insecure_channel(addr)
+        self._call = (
+            None
+            if self._channel is None
+            else self._channel.unary_unary(WRITE_METHOD, request_serializer=None, response_deserializer=None)
+        )
+        self._pool = ThreadPoolExecutor(4, thread_name_prefix="stand-in-commit")
+
+    def _send(self, parts: list[bytes]) -> None:
+        request = encode_write_req(1, parts)
+        if self._call is not None:
+            self._call(request, timeout=15)
+
+    def write_encoded_binlog(self, binlog: EncodedBinlog) -> None:
+        self._send(binlog.take())
+
+    def write_binlog(self, binlog: binlog_pb2.Binlog) -> None:
+        self._send([gogo.marshal_binlog(binlog)])
+
+    def write_binlog_async(self, binlog: binlog_pb2.Binlog) -> Future[None]:
+        return self._pool.submit(self.write_binlog, binlog)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        if self._channel is not None:
+            self._channel.close()
 
 
 def _process_cpu(pid: int | None) -> float:
@@ -182,12 +232,18 @@ def run_config(
                 f"commit p50 {r['p50_ms']} ms p99 {r['p99_ms']} ms, {r['failed']} failed, {r['retried']} retries; "
                 f"CPU ms/txn writer {c['writer']} pumps {c['pumps']} pd {c['pd']}"
             )
-    on, off = mode_summary(results["binlog_on"]), mode_summary(results["binlog_off"])
+    summaries = {name: mode_summary(runs) for name, runs in results.items()}
+    on, off = summaries["binlog_on"], summaries["binlog_off"]
     added_p50 = (on["p50_ms"] / off["p50_ms"] - 1) * 100
+    breakdown = {
+        name: round((summaries[name]["p50_ms"] / off["p50_ms"] - 1) * 100, 1)
+        for name in ("binlog_null", "binlog_echo", "binlog_on")
+        if name in summaries
+    }
     return {
         "threads": threads,
-        "binlog_off": off,
-        "binlog_on": on,
+        **summaries,
+        **({"added_latency_p50_pct_by_mode": breakdown} if len(breakdown) > 1 else {}),
         "ratio_txn_per_s": round(on["txn_per_s"] / off["txn_per_s"], 3),
         "added_latency_p50_pct": round(added_p50, 1),
         "added_latency_p99_pct": round((on["p99_ms"] / off["p99_ms"] - 1) * 100, 1),
@@ -215,6 +271,11 @@ def main() -> int:
     ap.add_argument("--tables", type=int, default=4, help="sysbench tables (default 4)")
     ap.add_argument("--table-size", type=int, default=10_000, help="rows per table (default 10000)")
     ap.add_argument("--rows-per-txn", type=int, default=4, help="operations per transaction (default 4)")
+    ap.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="also measure binlog on with a pump client that sends nothing, and one that sends to a bare grpcio server",
+    )
     ap.add_argument("--quick", action="store_true", help="smoke run: 1 run of 2 s, small tables")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (data and logs)")
     args = ap.parse_args()
@@ -228,10 +289,14 @@ def main() -> int:
     pd = PDProcess(base, etcd.url)
     pumps = [PumpProcess(base, etcd.url, name=f"pump{i}", extra_args=PUMP_ARGS) for i in range(args.pumps)]
     mysql = MySQLDatabase(args.mysql) if args.store == "mysql" else None
+    echo = BaselineServer(base, "echo") if args.breakdown else None
     out: dict[str, Any] = {"bench": "writer", **env_info()}
     errors: list[str] = []
     dbs: list[Database] = []
+    stand_ins: list[StandInClient] = []
     try:
+        if echo is not None:
+            echo.start()  # before this process makes any gRPC call (BaselineServer's docstring)
         log(f"starting etcd, pd-server and {args.pumps} pumps under {base}")
         etcd.start()
         pd.start()
@@ -251,6 +316,11 @@ def main() -> int:
         log(f"loading {args.tables} tables of {args.table_size} rows into {store}")
         wl.setup(on)
         modes = {"binlog_on": on, "binlog_off": off}
+        if echo is not None:
+            for name, addr in (("binlog_null", None), ("binlog_echo", echo.addr)):
+                stand_ins.append(StandInClient(addr))
+                modes[name] = Database(etcd.url, store, binlog=True, mysql_db_prefix=prefix, client=stand_ins[-1])
+                dbs.append(modes[name])
         cpu = CpuMeter(pumps, pd)
         for name, db in modes.items():
             w = measure(db, wl, max(args.threads), min(2.0, args.duration), seed=0, cpu=cpu)
@@ -290,7 +360,10 @@ def main() -> int:
         for db in dbs:
             with contextlib.suppress(Exception):
                 db.close()
-        for stop in (*(p.stop for p in pumps), pd.stop, etcd.stop):
+        for client in stand_ins:
+            with contextlib.suppress(Exception):
+                client.close()
+        for stop in (*(p.stop for p in pumps), pd.stop, etcd.stop, *([echo.stop] if echo is not None else [])):
             with contextlib.suppress(Exception):
                 stop()
         if mysql is not None:
@@ -301,10 +374,11 @@ def main() -> int:
     out["ok"] = not errors
     out["total_s"] = round(time.monotonic() - began, 1)
     for c in out.get("configurations", []):
+        by_mode = c.get("added_latency_p50_pct_by_mode")
         log(
             f"{c['threads']} threads: binlog adds {c['added_latency_p50_pct']}% to p50 commit latency "
             f"(target < {TARGET_ADDED_P50_PCT}%: {'MET' if c['target_met'] else 'NOT met'}), "
-            f"txn/s ratio on/off {c['ratio_txn_per_s']}"
+            f"txn/s ratio on/off {c['ratio_txn_per_s']}" + (f"; added p50 % by mode {by_mode}" if by_mode else "")
         )
     print(json.dumps(out, indent=2))
     if errors:
