@@ -314,12 +314,12 @@ class PrefixWatcher:
         while not self._stop.is_set():
             try:
                 revision = self._resync()
-                self.synced.set()
                 it, cancel = self._client.call(
                     f"watch {self._prefix}", functools.partial(self._watch_from, revision + 1), stop=self._stop
                 )
                 with self._lock:
                     self._cancel = cancel
+                self.synced.set()  # listed and watching: from here on a broken stream counts as a restart at once
                 if self._stop.is_set():
                     cancel()
                     return

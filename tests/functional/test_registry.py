@@ -157,6 +157,7 @@ def test_watch_delivers_each_change_once_and_deletes_seen_while_away(
     try:
         initial = sorted(_next(changes).node_id for _ in range(3))
         assert initial == ["d0:1", "d1:1", "d2:1"]
+        assert watcher.synced.wait(10)  # watching, not only listed
         etcd_server.process.stop()
         wait_for(lambda: watcher.restarts >= 1, 20, "the watcher to notice etcd is gone")
         # etcd comes back with d1 deleted and d2 updated by someone else
