@@ -27,8 +27,11 @@ def pull_merged(
 ) -> list[binlog_pb2.Binlog]:
     """Every commit binlog (fake ones dropped) with commit_ts <= upto from all pumps, by commit_ts.
 
-    Each pump's stream is read until it passes `upto` (fake binlogs guarantee it does)."""
-    merged: list[binlog_pb2.Binlog] = []
+    Each pump's stream is read until it passes `upto` (fake binlogs guarantee it does).  A transaction
+    served by two pumps is kept once, as the drainer's merge does: a pump killed after storing a
+    prewrite but before answering makes the client write it to a second pump, and the first pump's
+    resolver later gives its copy the same commit."""
+    merged: dict[tuple[int, int], binlog_pb2.Binlog] = {}
     for p in pumps:
         client = PumpClient(p.addr, cluster_id)
         try:
@@ -36,11 +39,10 @@ def pull_merged(
                 if b.commit_ts > upto:
                     break
                 if not is_fake(b):
-                    merged.append(b)
+                    merged.setdefault((b.start_ts, b.commit_ts), b)
         finally:
             client.close()
-    merged.sort(key=lambda b: b.commit_ts)
-    return merged
+    return sorted(merged.values(), key=lambda b: b.commit_ts)
 
 
 def _values(t: TableInfo, row: DatumRow) -> dict[str, Any]:
