@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# Test files run on this many pytest-xdist workers, each file whole on one worker (0: in this process).
+PYTEST_WORKERS ?= 2
 
 .PHONY: test demo proto lint typecheck unit clean bench
 
@@ -16,7 +18,7 @@ test: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy .
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
