@@ -50,7 +50,7 @@ from typing import Any
 
 import grpc
 import pymysql
-from _pumpbench import WRITE_METHOD, BaselineServer, TempDir, env_info, install_sigterm, log, median
+from _pumpbench import BaselineServer, TempDir, env_info, install_sigterm, log, median, write_call
 
 from common.pb import binlog_pb2, gogo
 from pump_client.payload import EncodedBinlog, encode_write_req
@@ -119,17 +119,13 @@ class StandInClient:
 
     def __init__(self, addr: str | None) -> None:
         self._channel = None if addr is None else grpc.insecure_channel(addr)
-        self._call = (
-            None
-            if self._channel is None
-            else self._channel.unary_unary(WRITE_METHOD, request_serializer=None, response_deserializer=None)
-        )
+        self._call = None if self._channel is None else write_call(self._channel)
         self._pool = ThreadPoolExecutor(4, thread_name_prefix="stand-in-commit")
 
     def _send(self, parts: list[bytes]) -> None:
         request = encode_write_req(1, parts)
         if self._call is not None:
-            self._call(request, timeout=15)
+            self._call(request)
 
     def write_encoded_binlog(self, binlog: EncodedBinlog) -> None:
         self._send(binlog.take())
