@@ -191,3 +191,18 @@ def test_watcher_stop_is_prompt_while_etcd_is_down(etcd_server: EtcdProcess, etc
     t0 = time.monotonic()
     watcher.stop()
     assert time.monotonic() - t0 < 3.0
+
+
+def test_a_stream_broken_after_synced_is_a_restart_at_once(etcd_server: EtcdProcess) -> None:
+    """`synced` means listed *and* watching: etcd going away right after it breaks the stream, which
+    counts as a restart at once, not after the client's retry window (here 15 s) for a watch that was
+    still being created."""
+    client = EtcdClient(etcd_server.url, retry_for=15.0)
+    watcher = Registry(client).watch(NodeKind.PUMP, lambda change: None)
+    try:
+        assert watcher.synced.wait(10)
+        etcd_server.process.stop()
+        wait_for(lambda: watcher.restarts >= 1, 5, "the broken stream counted as a restart")
+    finally:
+        watcher.stop()
+        client.close()
