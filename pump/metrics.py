@@ -37,6 +37,10 @@ Ours (what the original lacked):
     binlog_pump_storage_query_tikv_count                           counter (txn-status store lookups)
     binlog_pump_storage_done_gc_ts                                 gauge (physical ms of the TSO)
     binlog_pump_storage_deleted_kv_total                           counter
+    binlog_pump_storage_ignored_decision_count{type=commit|rollback}
+                                                                   counter (ours): commits and rollbacks
+                                                                   ignored because their transaction was
+                                                                   decided already (served at most once)
 
 `StorageMetrics.write_latency` (a `pump.score.LatencyEWMA` of the batch time, write + fsync) feeds the
 routing score the pump publishes (pump/score.py).
@@ -236,6 +240,12 @@ class StorageMetrics:
         self.deleted_kv = Counter(
             "binlog_pump_storage_deleted_kv_total", "Total number of index entries deleted by gc", registry=registry
         )
+        self.ignored_decision_count = Counter(
+            "binlog_pump_storage_ignored_decision_count",
+            "Total count of commits and rollbacks ignored because their transaction was already decided",
+            ["type"],
+            registry=registry,
+        )
         self.write_latency = LatencyEWMA()
         size, duration = self.write_binlog_size, self.write_binlog_duration
         self._single_size = size.labels(type="single")
@@ -297,3 +307,9 @@ class StorageMetrics:
                 self.deleted_kv.inc(deleted_kv)
         except Exception:  # pragma: no cover
             log.debug("gc metrics failed", exc_info=True)
+
+    def decision_ignored(self, kind: str) -> None:
+        try:
+            self.ignored_decision_count.labels(type=kind).inc()
+        except Exception:  # pragma: no cover
+            log.debug("decision metrics failed", exc_info=True)

@@ -169,6 +169,10 @@ class StorageObserver(Protocol):
 
     def gc_done(self, done_gc_ts: int, deleted_kv: int) -> None: ...
 
+    def decision_ignored(self, kind: str) -> None:
+        """kind: commit | rollback, for a transaction already decided (see `decisions.py`)."""
+        ...
+
 
 class NullObserver:
     """A StorageObserver that records nothing (the default)."""
@@ -189,4 +193,7 @@ class NullObserver:
         pass
 
     def gc_done(self, done_gc_ts: int, deleted_kv: int) -> None:
+        pass
+
+    def decision_ignored(self, kind: str) -> None:
         pass

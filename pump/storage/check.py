@@ -4,6 +4,8 @@
    every `ts:` commit above the gc ts has its prewrite indexed (GC keeps long transactions').
 2. Every vlog record before headPointer (above the GC cut-off) is indexed: its ts has a `ts:` or
    `late:` entry (a retried binlog with the same ts is indexed once, at its newest copy).
+   No start_ts has two visible (`ts:`) commits, and each visible commit's start_ts has a `done:`
+   decision pointing at it (when the index keeps decisions).
 3. maxCommitTS is 0 or the commit_ts of an indexed commit/fake binlog, and the persisted
    maxCommitTS is not above the live one; the gc ts is below maxCommitTS.
 
@@ -13,12 +15,13 @@ Meant for a quiet storage (no writes in flight); returns a list of problems, emp
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Final
 
 from common.errors import CodecError, StorageError
 from common.pb import binlog_pb2
 from pump.storage.entry import index_ts, parse_binlog
-from pump.storage.index import LATE_PREFIX, MAX_COMMIT_TS_KEY, TS_PREFIX, Index, late_key, ts_key
+from pump.storage.index import DECISIONS_KEY, LATE_PREFIX, MAX_COMMIT_TS_KEY, TS_PREFIX, Index, late_key, ts_key
 from pump.storage.vlog import ValueLog
 from pump.storage.vlog_record import ValuePointer
 
@@ -40,6 +43,8 @@ def check_storage(
 
     # 1. index -> vlog
     kinds: dict[int, int] = {}
+    visible: dict[int, int] = {}  # start_ts -> commit_ts of the visible commit met first
+    keeps_decisions = index.get_int(DECISIONS_KEY) is not None
     for prefix in (TS_PREFIX, LATE_PREFIX):
         name = prefix.decode()
         for ts, ptr in index.iter_prefix(prefix):
@@ -55,6 +60,16 @@ def check_storage(
                 kinds[ts] = b.tp
                 if b.tp == binlog_pb2.Commit and ts > gc_ts and kinds.get(b.start_ts) != binlog_pb2.Prewrite:
                     problem(f"{name}{ts} -> commit start_ts={b.start_ts}: prewrite missing from the index")
+                if b.tp == binlog_pb2.Commit:
+                    _check_decided(
+                        index,
+                        start_ts=b.start_ts,
+                        ts=ts,
+                        ptr=ptr,
+                        visible=visible,
+                        keeps_decisions=keeps_decisions and ts > gc_ts,  # GC may have purged it below
+                        problem=problem,
+                    )
     # 2. vlog -> index
     first = vlog.fids()[0]
     for ptr, payload in vlog.scan(ValuePointer(first, 0)):
@@ -83,3 +98,22 @@ def check_storage(
     if problems:
         log.warning("storage check found problems count=%d first=%s", len(problems), problems[0])
     return problems
+
+
+def _check_decided(
+    index: Index,
+    *,
+    start_ts: int,
+    ts: int,
+    ptr: ValuePointer,
+    visible: dict[int, int],
+    keeps_decisions: bool,
+    problem: Callable[[str], None],
+) -> None:
+    first = visible.setdefault(start_ts, ts)
+    if first != ts:
+        problem(f"start_ts {start_ts} is indexed twice: commits ts:{first} and ts:{ts} are both visible")
+    if keeps_decisions:
+        d = index.get_decision(start_ts)
+        if d is None or d.ptr != ptr:
+            problem(f"ts:{ts} -> commit start_ts={start_ts}: not the transaction's recorded decision ({d})")

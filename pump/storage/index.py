@@ -11,6 +11,11 @@ Keys (upstream `pump/storage/util.go`, `storage.go`):
     b"long:" + commit_ts u64 big-endian -> start_ts i64 little-endian: a commit whose prewrite is
               more than GC's 10-minute margin older (ours); GC keeps every key from the smallest
               such start_ts on while the commit is above the gc ts.
+    b"done:" + start_ts u64 big-endian -> value pointer ‖ commit_ts i64 little-endian (20 bytes): the
+              commit or rollback that decided the transaction (ours, see `decisions.py`); written in
+              the batch that indexes that record, purged by GC with the start_ts.
+    b"!binlog!decisions"     -> i64 little-endian 1: the index keeps `done:` keys (set at creation, or
+              once an older index has been brought up to date at open)
     b"!binlog!gcts"          -> i64 little-endian
     b"!binlog!maxCommitTS"   -> i64 little-endian
     b"!binlog!handlePointer" -> value pointer: where the sorter resumes at start-up
@@ -23,18 +28,21 @@ import logging
 import struct
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import plyvel
 
 from common.errors import StorageError
-from pump.storage.vlog_record import ValuePointer, decode_pointer
+from pump.storage.vlog_record import POINTER_SIZE, ValuePointer, decode_pointer
 
 __all__ = [
+    "DECISIONS_KEY",
     "GC_BATCH",
     "HANDLE_POINTER_KEY",
     "HEAD_POINTER_KEY",
+    "Decision",
     "Index",
+    "done_key",
     "late_key",
     "long_key",
     "ts_key",
@@ -45,6 +53,8 @@ log = logging.getLogger(__name__)
 TS_PREFIX: Final = b"ts:"
 LATE_PREFIX: Final = b"late:"
 LONG_PREFIX: Final = b"long:"
+DONE_PREFIX: Final = b"done:"
+DECISIONS_KEY: Final = b"!binlog!decisions"
 GC_TS_KEY: Final = b"!binlog!gcts"
 MAX_COMMIT_TS_KEY: Final = b"!binlog!maxCommitTS"
 HANDLE_POINTER_KEY: Final = b"!binlog!handlePointer"
@@ -66,6 +76,24 @@ def late_key(ts: int) -> bytes:
 
 def long_key(commit_ts: int) -> bytes:
     return LONG_PREFIX + commit_ts.to_bytes(8, "big")
+
+
+def done_key(start_ts: int) -> bytes:
+    return DONE_PREFIX + start_ts.to_bytes(8, "big")
+
+
+class Decision(NamedTuple):
+    """The commit (commit_ts > 0) or rollback (commit_ts 0) that decided a transaction, and where it is."""
+
+    commit_ts: int
+    ptr: ValuePointer
+
+    def encode(self) -> bytes:
+        return self.ptr.encode() + _I64.pack(self.commit_ts)
+
+
+def decode_decision(raw: bytes) -> Decision:
+    return Decision(int(_I64.unpack(raw[POINTER_SIZE:])[0]), decode_pointer(raw[:POINTER_SIZE]))
 
 
 class Index:
@@ -97,22 +125,41 @@ class Index:
         raw = self._db.get(ts_key(ts))
         return None if raw is None else decode_pointer(raw)
 
+    def get_late(self, ts: int) -> ValuePointer | None:
+        raw = self._db.get(late_key(ts))
+        return None if raw is None else decode_pointer(raw)
+
+    def get_decision(self, start_ts: int) -> Decision | None:
+        raw = self._db.get(done_key(start_ts))
+        return None if raw is None else decode_decision(raw)
+
     def write(
         self,
         entries: Iterable[tuple[bytes, ValuePointer]],
         *,
         ints: Iterable[tuple[bytes, int]] = (),
         pointers: Iterable[tuple[bytes, ValuePointer]] = (),
+        decisions: Iterable[tuple[int, Decision]] = (),
+        deletes: Iterable[bytes] = (),
     ) -> None:
-        """One atomic batch: `(key, pointer)` entries plus meta integers and pointers."""
+        """One atomic batch: `deletes` first, then `(key, pointer)` entries, meta integers and
+        pointers, and `(start_ts, decision)` pairs."""
         with self._db.write_batch() as wb:
             put = wb.put
+            for key in deletes:
+                wb.delete(key)
             for key, ptr in entries:
                 put(key, ptr.encode())
             for key, value in ints:
                 put(key, _I64.pack(value))
             for key, ptr in pointers:
                 put(key, ptr.encode())
+            for start_ts, d in decisions:
+                put(done_key(start_ts), d.encode())
+
+    def delete(self, keys: Iterable[bytes]) -> None:
+        """Delete `keys` in one atomic batch."""
+        self.write((), deletes=keys)
 
     def range(self, after: int, upto: int, limit: int) -> list[tuple[int, ValuePointer]]:
         """Up to `limit` `ts:` entries with after < ts <= upto, ascending."""
@@ -132,6 +179,28 @@ class Index:
             for key, raw in it:
                 yield int.from_bytes(key[len(prefix) :], "big"), decode_pointer(raw)
 
+    def iter_decisions(self) -> Iterator[tuple[int, Decision]]:
+        """Every (start_ts, decision) under `done:`, ascending."""
+        with self._db.iterator(prefix=DONE_PREFIX) as it:
+            for key, raw in it:
+                yield int.from_bytes(key[len(DONE_PREFIX) :], "big"), decode_decision(raw)
+
+    def iter_ts_descending(self, upto: int) -> Iterator[tuple[int, ValuePointer]]:
+        """`ts:` entries with ts <= `upto`, newest first."""
+        with self._db.iterator(
+            start=TS_PREFIX, stop=ts_key(min(upto, _TS_END - 1)), include_stop=True, reverse=True
+        ) as it:
+            for key, raw in it:
+                yield int.from_bytes(key[len(TS_PREFIX) :], "big"), decode_pointer(raw)
+
+    def has_prefix(self, prefix: bytes) -> bool:
+        with self._db.iterator(prefix=prefix, include_value=False) as it:
+            return next(it, None) is not None
+
+    def count_prefix(self, prefix: bytes) -> int:
+        with self._db.iterator(prefix=prefix, include_value=False) as it:
+            return sum(1 for _ in it)
+
     def long_txns_above(self, ts: int) -> list[tuple[int, int]]:
         """(commit_ts, start_ts) of the `long:` entries with commit_ts > ts."""
         if ts >= _TS_END - 1:
@@ -143,7 +212,7 @@ class Index:
         return self._db.get(key) is not None
 
     def delete_upto(self, ts: int, *, batch: int = GC_BATCH) -> int:
-        """Delete the `ts:`, `late:` and `long:` entries with ts <= `ts` in batches; how many were deleted."""
+        """Delete the `ts:`, `late:`, `long:` and `done:` entries with ts <= `ts` in batches; how many were deleted."""
         deleted = 0
         while n := self.delete_batch_upto(ts, batch=batch):
             deleted += n
@@ -152,7 +221,7 @@ class Index:
     def delete_batch_upto(self, ts: int, *, batch: int = GC_BATCH) -> int:
         """One batch of `delete_upto` (at most `batch` keys); 0 when nothing is left to delete."""
         stop_ts = min(ts, _TS_END - 1)
-        for prefix in (TS_PREFIX, LATE_PREFIX, LONG_PREFIX):
+        for prefix in (TS_PREFIX, LATE_PREFIX, LONG_PREFIX, DONE_PREFIX):
             with self._db.iterator(
                 start=prefix + bytes(8),
                 stop=prefix + stop_ts.to_bytes(8, "big"),

@@ -3,7 +3,9 @@
 Entries arrive in vlog order (from the vlog writer, the slow chaser or start-up replay).  For a
 batch of up to 128 of them the thread (1) pushes each into the sorter, which says whether a
 commit is late, (2) writes one LevelDB batch: `ts:` keys (or `late:` keys for late commits) and
-headPointer, plus maxCommitTS and handlePointer at most once per second, and only then (3)
+headPointer, plus the `done:` decision of each transaction decided in the batch (a commit or
+rollback for a transaction decided before is ignored: indexed under `late:`, see `decisions.py`),
+plus maxCommitTS and handlePointer at most once per second, and only then (3)
 publishes the sorter's new watermark, so a puller never sees a watermark above an entry that is
 not indexed yet.  A failed LevelDB write is retried every second until the storage closes.
 """
@@ -17,11 +19,13 @@ from collections.abc import Callable, Iterable
 from typing import Final
 
 from pump.storage.api import StorageObserver
+from pump.storage.decisions import Decisions
 from pump.storage.entry import Entry
 from pump.storage.index import (
     HANDLE_POINTER_KEY,
     HEAD_POINTER_KEY,
     MAX_COMMIT_TS_KEY,
+    Decision,
     Index,
     late_key,
     long_key,
@@ -50,6 +54,7 @@ class IndexWriter:
         watermark: Watermark,
         queue: BoundedQueue[list[Entry]],
         *,
+        decisions: Decisions,
         head: ValuePointer,
         clock: Callable[[], float] = time.monotonic,
         persist_interval: float = PERSIST_INTERVAL,
@@ -57,6 +62,7 @@ class IndexWriter:
     ) -> None:
         self._observer = observer
         self._index = index
+        self._decisions = decisions
         self._sorter = sorter
         self._sort_lock = sort_lock
         self._watermark = watermark
@@ -81,17 +87,19 @@ class IndexWriter:
         """Sort and index `entries` (vlog order); False if the write was given up (closing).
 
         Entries before `sort_from` are only indexed (replay of what the sorter state already holds)."""
+        ignored, decided = self._decisions.classify(entries)
         now = self._clock()
         keys: list[tuple[bytes, ValuePointer]] = []
         with self._sort_lock:
             push = self._sorter.push
-            for e in entries:
-                visible = True if sort_from is not None and e.ptr < sort_from else push(e, now)
+            for e, dup in zip(entries, ignored, strict=True):
+                before = sort_from is not None and e.ptr < sort_from  # sorted already: index only
+                visible = not dup if before else push(e, now, ignored=dup)
                 keys.append(((ts_key if visible else late_key)(e.index_ts), e.ptr))
             state = (self._sorter.watermark, self._sorter.handle_pointer)
             longs = self._sorter.long_unwritten()
         head = entries[-1].next_ptr
-        if not self._write(keys, head, state, [(long_key(c), s) for c, s in longs]):
+        if not self._write(keys, head, state, [(long_key(c), s) for c, s in longs], decided):
             return False
         if longs:
             with self._sort_lock:
@@ -107,10 +115,12 @@ class IndexWriter:
 
     def apply_sorted_only(self, entries: Iterable[Entry]) -> None:
         """Push already-indexed entries into the sorter (start-up replay before headPointer)."""
+        batch = list(entries)
+        ignored = self._decisions.replayed(batch)
         now = self._clock()
         with self._sort_lock:
-            for e in entries:
-                self._sorter.push(e, now)
+            for e, dup in zip(batch, ignored, strict=True):
+                self._sorter.push(e, now, ignored=dup)
             self._safe = (self._sorter.watermark, self._sorter.handle_pointer)
             longs = self._sorter.long_unwritten()
         if longs:  # indexed with their commit already; rewritten in case (idempotent)
@@ -131,6 +141,7 @@ class IndexWriter:
         head: ValuePointer,
         state: tuple[int, ValuePointer | None],
         longs: list[tuple[bytes, int]],
+        decided: list[tuple[int, Decision]],
     ) -> bool:
         now = self._clock()
         ints: list[tuple[bytes, int]] = []
@@ -139,7 +150,7 @@ class IndexWriter:
             ints, pointers = self._meta(state, head)
         while True:
             try:
-                self._index.write(keys, ints=ints + longs, pointers=pointers)
+                self._index.write(keys, ints=ints + longs, pointers=pointers, decisions=decided)
                 break
             except Exception as e:
                 log.error("index write failed, retrying in %.0fs entries=%d: %s", RETRY_INTERVAL, len(keys), e)

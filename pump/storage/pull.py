@@ -2,7 +2,8 @@
 
 The puller iterates the index over (last, maxCommitTS] in chunks of (ts, pointer) pairs, loads
 one binlog at a time (memory: one binlog, whatever its size), skips prewrites and rollbacks, joins
-each commit with its prewrite, and then waits on the watermark condition (woken as soon as the
+each commit with its prewrite (a commit that is not its transaction's recorded decision is skipped:
+a transaction is served at most once), and then waits on the watermark condition (woken as soon as the
 index writer publishes a higher maxCommitTS; the wait is sliced so that `stop` is seen within
 `WAIT_SLICE`).  Original: `storage.go PullCommitBinlog` polled every 100 ms.
 
@@ -22,6 +23,7 @@ from typing import Final
 from common.errors import CodecError, CorruptRecordError, StorageClosedError, StorageError
 from common.pb import binlog_pb2, gogo
 from pump.storage.api import NullObserver, PulledBinlog, StorageObserver
+from pump.storage.decisions import Decisions
 from pump.storage.entry import index_ts, parse_binlog
 from pump.storage.index import Index
 from pump.storage.primitives import ReaderGate, Watermark
@@ -124,9 +126,11 @@ class Puller:
         watermark: Watermark,
         gc_ts: Callable[[], int],
         *,
+        decisions: Decisions,
         observer: StorageObserver | None = None,
     ) -> None:
         self._observer = observer or NullObserver()
+        self._decisions = decisions
         self._gate = gate
         self._index = index
         self._vlog = vlog
@@ -213,6 +217,10 @@ class Puller:
         if b.tp == binlog_pb2.Prewrite:
             return None
         if b.tp == binlog_pb2.Commit:
+            decided = self._decisions.get(b.start_ts)
+            if decided is not None and decided.ptr != ptr:  # never a second commit of one transaction
+                self._decisions.report(b.tp, b.start_ts, b.commit_ts, decided, count=False)
+                return None
             pptr = self._index.get(b.start_ts)
             p = None if pptr is None else self._read(b.start_ts, pptr, split=True)
             if p is None or p[0].tp != binlog_pb2.Prewrite:

@@ -7,7 +7,9 @@ commit_ts.  So the watermark never passes an unmatched prewrite, and a commit th
 for a waiting prewrite always has commit_ts above it (TiDB fetches commit_ts after the prewrite
 was acknowledged).  A commit whose commit_ts is at or below the watermark *when it arrives* is
 "late" (a duplicate, or one whose prewrite went elsewhere): `push` returns False so the storage
-keeps it out of the visible index; it still matches its prewrite so nothing waits forever.
+keeps it out of the visible index; it still matches its prewrite so nothing waits forever.  A
+commit or rollback the storage ignores (its transaction was decided before, see `decisions.py`)
+is pushed with `ignored=True`: it releases a waiting prewrite but adds nothing to the watermark.
 
 No threads, no I/O, no clock: the storage calls it under its own lock and passes `now`.
 The sorter holds only small tuples, never payloads, and only what can still block: the prewrites
@@ -102,10 +104,18 @@ class Sorter:
     def all_matched(self) -> bool:
         return not self._waiting
 
-    def push(self, e: Entry, now: float) -> bool:
-        """Add an item in arrival order; False when it is a late commit (must stay invisible)."""
+    def push(self, e: Entry, now: float, *, ignored: bool = False) -> bool:
+        """Add an item in arrival order; False when it is a late commit (must stay invisible).
+
+        `ignored`: a commit/rollback for a transaction decided before (see `decisions.py`): it
+        still ends a wait for its prewrite (a prewrite retried after the decision) but never
+        raises the watermark; False is returned (invisible)."""
         tp = e.tp
         visible = True
+        if ignored:
+            self._waiting.pop(e.start_ts, None)
+            self._append_run(e, 0)
+            return False
         if tp == PREWRITE:
             w = self._waiting.get(e.start_ts)
             if w is None:
@@ -126,18 +136,26 @@ class Sorter:
                 )
             elif paired and tp == COMMIT and e.commit_ts - e.start_ts > LONG_TXN_TSO:
                 self._long.append((e.commit_ts, e.start_ts))
-        items = self._items
         if tp == PREWRITE:
-            items.append(e)
-        elif items and isinstance(last := items[-1], _Run):
-            last.max_commit_ts = max(last.max_commit_ts, e.commit_ts)
+            self._items.append(e)
+            self._settle()
+        else:
+            self._append_run(e, e.commit_ts)
+        return visible
+
+    def _append_run(self, e: Entry, commit_ts: int) -> None:
+        items = self._items
+        if items and isinstance(last := items[-1], _Run):
+            last.max_commit_ts = max(last.max_commit_ts, commit_ts)
             last.next_ptr = e.next_ptr
         else:
-            items.append(_Run(e.commit_ts, e.ptr, e.next_ptr))
+            items.append(_Run(commit_ts, e.ptr, e.next_ptr))
+        self._settle()
+
+    def _settle(self) -> None:
         self._advance()
-        if len(items) > self._compact_at:
+        if len(self._items) > self._compact_at:
             self._compact()
-        return visible
 
     def _advance(self) -> None:
         items = self._items

@@ -9,7 +9,10 @@
 Threads, all joined by close(): vlog writer, index writer, slow chaser, maintenance (resolver
 rounds; the stop flag is checked between resolver calls), free space (every 3 s).  Start-up
 replays the vlog from min(headPointer, handlePointer), so a deleted `kv/` directory is rebuilt from
-the vlog.  `<data-dir>/.lock` is flock'ed while open.
+the vlog.  Before that, index entries left pointing past the end of a value log that lost its tail
+are dropped, and an index from before transaction decisions were kept gets them (`repair.py`).
+A transaction is served at most once: its first commit or rollback decides it (`decisions.py`).
+`<data-dir>/.lock` is flock'ed while open.
 """
 
 from __future__ import annotations
@@ -34,14 +37,23 @@ from pump.storage.api import (
 )
 from pump.storage.chaser import ChaserTimings, SlowChaser
 from pump.storage.check import check_storage
+from pump.storage.decisions import Decisions
 from pump.storage.diskguard import DiskGuard
 from pump.storage.entry import PREWRITE, Entry, is_fake, is_probe, parse_binlog, prewrite_key_of
-from pump.storage.index import GC_TS_KEY, HANDLE_POINTER_KEY, HEAD_POINTER_KEY, MAX_COMMIT_TS_KEY, Index
+from pump.storage.index import (
+    DONE_PREFIX,
+    GC_TS_KEY,
+    HANDLE_POINTER_KEY,
+    HEAD_POINTER_KEY,
+    MAX_COMMIT_TS_KEY,
+    Index,
+)
 from pump.storage.indexer import IndexWriter
 from pump.storage.lockfile import DirLock
 from pump.storage.primitives import ReaderGate, Watermark
 from pump.storage.pull import Puller
 from pump.storage.queues import BoundedQueue
+from pump.storage.repair import adopt_decisions, drop_past_end
 from pump.storage.replay import replay
 from pump.storage.resolve import resolve_pass
 from pump.storage.sorter import LONG_TXN_TSO, Sorter
@@ -111,6 +123,9 @@ class Storage:
             on_rotate=self._observer.rotate,
         )
         index = self._index = Index(self._dir / "kv")
+        self.dropped_past_end = drop_past_end(index, vlog)
+        self._decisions = Decisions(index, self._observer)
+        adopt_decisions(index, vlog, self._decisions)
         self._gc_ts = index.get_int(GC_TS_KEY) or 0
         end = vlog.end_pointer()
         handle = index.get_pointer(HANDLE_POINTER_KEY)
@@ -128,6 +143,7 @@ class Storage:
             self._sort_lock,
             self._watermark,
             self._index_queue,
+            decisions=self._decisions,
             head=head or ValuePointer(vlog.fids()[0], 0),
             clock=self._clock,
             observer=self._observer,
@@ -153,7 +169,15 @@ class Storage:
             observer=self._observer,
             group_commit_delay=self._group_commit_delay,
         )
-        self._puller = Puller(self._gate, index, vlog, self._watermark, lambda: self._gc_ts, observer=self._observer)
+        self._puller = Puller(
+            self._gate,
+            index,
+            vlog,
+            self._watermark,
+            lambda: self._gc_ts,
+            decisions=self._decisions,
+            observer=self._observer,
+        )
         self._maint_stop = threading.Event()
         self._maint = threading.Thread(target=self._maintain, name="pump-storage-maintenance", daemon=True)
         self._disk_thread = threading.Thread(target=self._refresh_disk, name="pump-storage-disk", daemon=True)
@@ -313,6 +337,11 @@ class Storage:
     def wait_indexed(self, timeout: float) -> bool:
         """Wait until every binlog written so far is indexed and sorted (tests, offline procedure)."""
         return self._indexer.wait_for(self._writer.write_count, timeout)
+
+    def decided_count(self) -> int:
+        """How many transactions have a recorded decision (tests, inspection: GC purges them)."""
+        with self._gate.enter():
+            return self._index.count_prefix(DONE_PREFIX)
 
     def check(self) -> list[str]:
         """Cross-check index against vlog (see `check.py`); call it while no writes are in flight."""

@@ -81,6 +81,14 @@ def test_write_binlog_moves_rpc_single_and_batch_series(served: Served) -> None:
     assert storage.status().write_queue_bytes == 0
 
 
+def test_commits_for_a_decided_transaction_are_counted(served: Served) -> None:
+    metrics, storage, stub = served
+    for p in (prewrite(20), commit(20, 21), commit(20, 25), commit(20, 21), prewrite(30), commit(30, 31)):
+        stub.WriteBinlog(pump_pb2.WriteBinlogReq(clusterID=CLUSTER, payload=p), timeout=DEADLINE)
+    assert storage.wait_indexed(10)
+    assert value(metrics, "binlog_pump_storage_ignored_decision_count_total", {"type": "commit"}) == 2
+
+
 def test_scrape_time_gauges_read_the_status_and_the_server() -> None:
     status = StorageStatus(
         max_commit_ts=(1_700_000_000_000 << 18) | 3,

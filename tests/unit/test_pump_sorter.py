@@ -112,6 +112,25 @@ def test_late_commit_is_ignored_but_still_matches() -> None:
     assert s.watermark == 130
 
 
+def test_ignored_commit_releases_its_prewrite_but_never_raises_the_watermark() -> None:
+    s = Sorter()
+    f = Feed(s)
+    f.p(10)
+    f.c(10, 20)
+    assert s.watermark == 20
+    f.p(10)  # the prewrite retried after its transaction was decided
+    assert s.pending == 1
+    ptr = ValuePointer(0, f.pos)
+    f.pos += 10
+    assert s.push(Entry(COMMIT, 10, 900, ptr, ValuePointer(0, f.pos)), 0.0, ignored=True) is False
+    assert s.all_matched()
+    assert s.watermark == 20  # not 900
+    assert s.late_count == 0
+    assert s.handle_pointer == ValuePointer(0, f.pos)
+    assert f.c(30, 40) is True  # a real commit below the ignored one's commit_ts is still visible
+    assert s.watermark == 40
+
+
 def test_commit_above_watermark_but_behind_a_waiting_prewrite_is_visible() -> None:
     s = Sorter()
     f = Feed(s)
