@@ -4,7 +4,9 @@ A commit or rollback (not a fake binlog) for a start_ts that already has a decis
 a second commit with another commit_ts, the client's retry of the same commit after a timeout, a
 rollback after a commit or a commit after a rollback.  It is indexed under `late:` (never served),
 does not raise the watermark, is counted (`StorageObserver.decision_ignored`) and logged at
-WARNING once per start_ts (the last `WARNED_CAP` start_ts remembered).
+WARNING once per start_ts (the last `WARNED_CAP` start_ts remembered).  A prewrite stored after
+its transaction's decision is indexed under `late:` too and never waits for a commit (logged, not
+counted).
 
 Decisions live in the index as `done:<start_ts>` keys written in the same LevelDB batch as the
 deciding record's entry, so they survive a restart and are rebuilt with the index from the value
@@ -20,7 +22,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from pump.storage.api import NullObserver, StorageObserver
-from pump.storage.entry import COMMIT, ROLLBACK, Entry, is_fake
+from pump.storage.entry import COMMIT, PREWRITE, ROLLBACK, Entry, is_fake
 from pump.storage.index import Decision, Index
 
 __all__ = ["WARNED_CAP", "Decisions", "decides"]
@@ -36,7 +38,7 @@ def decides(tp: int, start_ts: int, commit_ts: int) -> bool:
 
 
 def kind(tp: int) -> str:
-    return "commit" if tp == COMMIT else "rollback"
+    return "commit" if tp == COMMIT else "prewrite" if tp == PREWRITE else "rollback"
 
 
 class Decisions:
@@ -54,6 +56,14 @@ class Decisions:
         fresh: dict[int, Decision] = {}
         ignored: list[bool] = []
         for e in entries:
+            if e.tp == PREWRITE:  # a prewrite retried after its transaction was decided: nothing to wait for
+                d = fresh.get(e.start_ts) or self._index.get_decision(e.start_ts)
+                late = d is not None and d.ptr < e.ptr
+                ignored.append(late)
+                if late:
+                    assert d is not None
+                    self.report(e.tp, e.start_ts, e.commit_ts, d, count=False)
+                continue
             if not decides(e.tp, e.start_ts, e.commit_ts):
                 ignored.append(False)
                 continue
@@ -72,8 +82,14 @@ class Decisions:
         """Which already-indexed entries were ignored when they were indexed (not reported again)."""
         out: list[bool] = []
         for e in entries:
-            d = self._index.get_decision(e.start_ts) if decides(e.tp, e.start_ts, e.commit_ts) else None
-            out.append(d is not None and d.ptr != e.ptr)
+            if e.tp == PREWRITE:
+                d = self._index.get_decision(e.start_ts)
+                out.append(d is not None and d.ptr < e.ptr)
+            elif decides(e.tp, e.start_ts, e.commit_ts):
+                d = self._index.get_decision(e.start_ts)
+                out.append(d is not None and d.ptr != e.ptr)
+            else:
+                out.append(False)
         return out
 
     def report(self, tp: int, start_ts: int, commit_ts: int, first: Decision, *, count: bool = True) -> None:

@@ -269,3 +269,29 @@ def test_pull_never_serves_a_commit_that_is_not_the_decision(tmp_path: Path) -> 
         assert any(f"start_ts {start} is indexed twice" in p for p in s.check())
     finally:
         s.close()
+
+
+def test_prewrite_stored_after_its_decision_does_not_hold_the_watermark(tmp_path: Path) -> None:
+    """No resolver here: a prewrite arriving after its commit would otherwise wait forever."""
+    clock = Tso()
+    s = open_storage(tmp_path)
+    try:
+        start = clock.next()
+        write(s, prewrite(start))
+        c1 = clock.next()
+        write(s, commit(start, c1))
+        write(s, prewrite(start))  # a late copy of the prewrite
+        top = marker(s, clock)
+        assert [(st, c) for st, c in served(s, top) if st == start] == [(start, c1)]
+        assert s.all_matched()
+        assert s.max_commit_ts() == top
+        assert s.check() == []
+    finally:
+        s.close()
+    s = open_storage(tmp_path)  # the same after replay
+    try:
+        assert s.wait_indexed(10)
+        assert s.all_matched()
+        assert s.max_commit_ts() == top
+    finally:
+        s.close()
