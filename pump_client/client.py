@@ -393,7 +393,10 @@ class PumpsClient:
 
     def probe_once(self, *, suspects_only: bool = False) -> list[str]:
         """Probe every unavailable online pump (only the suspect ones with `suspects_only`) once, with an
-        empty payload; the node ids that came back."""
+        empty payload; the node ids that came back.
+
+        A full probe opens a fresh channel first (as the original).  A suspect probe reuses the channel
+        and replaces it only after UNAVAILABLE: one connection to a frozen pump, not one per second."""
         with self._lock:
             targets = self._membership.suspects() if suspects_only else self._membership.to_probe()
         request = pump_pb2.WriteBinlogReq(clusterID=self.cluster_id, payload=b"")
@@ -401,11 +404,14 @@ class PumpsClient:
         for pump in targets:
             if self._stop.is_set():
                 break
-            self._transport.reset(pump.addr)
+            if not suspects_only:
+                self._transport.reset(pump.addr)
             try:
                 self._transport.write(pump.addr, request, min(self._policy.write_timeout, PROBE_TIMEOUT))
             except AttemptError as err:
                 log.debug("probe of node_id=%s at %s failed: %s", pump.node_id, pump.addr, err.describe())
+                if on_error(err.code) is Action.RECONNECT:
+                    self._transport.reset(pump.addr, err.generation)
                 continue
             with self._lock:
                 if self._membership.record_success(pump.node_id):
