@@ -5,16 +5,17 @@ Prewrite (tp = Prewrite):
       RESOURCE_EXHAUSTED       -> raise at once (not retried)
       UNAVAILABLE              -> recreate that pump's channel, then as any other error
       any other error          -> count it against the pump, sleep `retry_interval`, retry
-    DEADLINE_EXCEEDED and UNAVAILABLE also make the pump *suspect* (`makes_suspect`): no new
-    prewrites go to it until a call or a probe succeeds (pump_client/membership.py); the original
-    waited for `max_err_nums` consecutive errors, each taking up to `write_timeout`.
     the loop stops when elapsed > write_timeout AND retries > number of available pumps;
     then every online pump is tried once (unavailable ones included, fresh channel each), the first
     success makes that pump available again; if all fail: PumpClientError with the last error.
+    DEADLINE_EXCEEDED and UNAVAILABLE also make the pump *suspect* (`makes_suspect`): no new
+    prewrites go to it until a call or a probe succeeds (pump_client/membership.py); the original
+    waited for `max_err_nums` consecutive errors, each taking up to `write_timeout`.
 Commit / rollback:
     only the pump that took the prewrite, every 10 x retry_interval (1 s), until elapsed >
     commit_timeout (600 s); never an error for the caller.  Every error is retried here, RESOURCE_EXHAUSTED
     included (the pump may free space meanwhile, and giving up early only leaves more to its resolver).
+    While that pump is suspect and online no call is made (pump_client/commit.py).
 Per-attempt deadline (`attempt_deadline`): `attempt_timeout` (1 s), doubled on each further attempt of
 the same binlog, plus 1 s per ATTEMPT_BYTES_PER_SECOND of request (a 1 GiB prewrite is not cut off
 in transit), never more than `write_timeout`.  The original gave every call the whole `write_timeout`
@@ -33,7 +34,7 @@ from typing import Final
 import grpc
 
 DEFAULT_WRITE_TIMEOUT: Final = 15.0
-"""Seconds: prewrite retry budget and per-RPC deadline (TiDB `[binlog] write-timeout`, 15 s)."""
+"""Seconds: prewrite retry budget, longest call deadline (TiDB `[binlog] write-timeout`, 15 s)."""
 DEFAULT_COMMIT_TIMEOUT: Final = 600.0
 """Seconds a commit/rollback binlog is retried on its pump (original CommitBinlogTimeout: 10 min)."""
 DEFAULT_ATTEMPT_TIMEOUT: Final = 1.0
