@@ -16,7 +16,10 @@ dialled at their registered host:port and their certificates must name it.
 
 Changes from the original: unknown strategy names are an error (not silently `range`); `hash` is stable
 (sorted node ids); `score` works (weights published by the pumps); the start_ts map is per client and
-bounded; commits can be sent in the background (`write_binlog_async`); everything is closed by `close()`.
+bounded; commits can be sent in the background (`write_binlog_async`); everything is closed by `close()`;
+a call has a short deadline (`attempt_timeout`, growing on retries, within `write_timeout`), and a pump
+whose call timed out or found no server gets no new prewrites until it answers again (probed every
+SUSPECT_PROBE_INTERVAL): a frozen pump no longer stops every prewrite sent to it for `write_timeout`.
 
 Threads: one etcd watcher, one prober, and (for async commits) a timer plus `ASYNC_WORKERS` workers.
 `write_binlog` may be called from any number of threads.
@@ -44,11 +47,13 @@ from pump_client.membership import DEFAULT_MAX_ERR_NUMS, Membership, PumpInfo
 from pump_client.metrics import COMMIT, PREWRITE, ClientMetrics
 from pump_client.payload import MAX_HEADER_SIZE, EncodedBinlog, encode_write_req, request_size
 from pump_client.retry import (
+    DEFAULT_ATTEMPT_TIMEOUT,
     DEFAULT_COMMIT_TIMEOUT,
     DEFAULT_RETRY_INTERVAL,
     DEFAULT_WRITE_TIMEOUT,
     Action,
     RetryPolicy,
+    makes_suspect,
     on_error,
 )
 from pump_client.selector import RANGE, make_selector
@@ -65,6 +70,8 @@ DEFAULT_CLOSE_TIMEOUT: Final = 10.0
 """Seconds close() waits for background commits still being delivered."""
 PROBE_TIMEOUT: Final = 3.0
 """Deadline of one probe call (at most write_timeout)."""
+SUSPECT_PROBE_INTERVAL: Final = 1.0
+"""Seconds between probes of suspect pumps (a call timed out or found no server), at most probe_interval."""
 ASYNC_WORKERS: Final = DEFAULT_WORKERS
 _GRPC_INT_MAX: Final = 2**31 - 1
 
@@ -78,6 +85,7 @@ class PumpsClient:
         *,
         strategy: str = RANGE,
         write_timeout: float = DEFAULT_WRITE_TIMEOUT,
+        attempt_timeout: float = DEFAULT_ATTEMPT_TIMEOUT,
         commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
         retry_interval: float = DEFAULT_RETRY_INTERVAL,
         probe_interval: float = DEFAULT_PROBE_INTERVAL,
@@ -88,7 +96,7 @@ class PumpsClient:
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
     ) -> None:
         try:
-            self._policy = RetryPolicy(write_timeout, commit_timeout, retry_interval)
+            self._policy = RetryPolicy(write_timeout, commit_timeout, retry_interval, attempt_timeout)
             self._membership = Membership(max_err_nums)
             self._tsmap = StartTsMap(max_tracked_txns)
         except ValueError as exc:
@@ -245,11 +253,14 @@ class PumpsClient:
         policy = self._policy
         begin = time.monotonic()
         retry = 0
+        attempts = 0
         last = "no available pump"
         while True:
             pump = self._select(start_ts, retry)
             if pump is not None:
-                err = self._attempt(pump.node_id, pump.addr, request, policy.write_timeout, retry=retry > 0)
+                timeout = policy.attempt_deadline(attempts, len(request))
+                attempts += 1
+                err = self._attempt(pump.node_id, pump.addr, request, timeout, retry=retry > 0)
                 if err is None:
                     self._tsmap.set(start_ts, pump.node_id)
                     return
@@ -349,7 +360,7 @@ class PumpsClient:
             if on_error(err.code) is Action.RECONNECT:
                 self._transport.reset(addr, err.generation)
             with self._lock:
-                self._membership.record_error(node_id)
+                self._membership.record_error(node_id, suspect=makes_suspect(err.code))
                 self._refresh_selector_locked()
             return err
         self.metrics.attempt(node_id, retry, ok=True)
@@ -368,26 +379,39 @@ class PumpsClient:
             self._transport.reset(before.addr)
 
     def _probe_loop(self) -> None:
-        while not self._stop.wait(self._probe_interval):
+        """Suspect pumps every SUSPECT_PROBE_INTERVAL, every unavailable online pump every probe_interval."""
+        tick = min(self._probe_interval, SUSPECT_PROBE_INTERVAL)
+        next_full = time.monotonic() + self._probe_interval
+        while not self._stop.wait(tick):
+            full = time.monotonic() >= next_full
+            if full:
+                next_full = time.monotonic() + self._probe_interval
             try:
-                self.probe_once()
+                self.probe_once(suspects_only=not full)
             except Exception:
                 log.exception("pump probe failed unexpectedly")
 
-    def probe_once(self) -> list[str]:
-        """Probe every unavailable online pump once (empty payload); the node ids that came back."""
+    def probe_once(self, *, suspects_only: bool = False) -> list[str]:
+        """Probe every unavailable online pump (only the suspect ones with `suspects_only`) once, with an
+        empty payload; the node ids that came back.
+
+        A full probe opens a fresh channel first (as the original).  A suspect probe reuses the channel
+        and replaces it only after UNAVAILABLE: one connection to a frozen pump, not one per second."""
         with self._lock:
-            targets = self._membership.to_probe()
+            targets = self._membership.suspects() if suspects_only else self._membership.to_probe()
         request = pump_pb2.WriteBinlogReq(clusterID=self.cluster_id, payload=b"")
         back: list[str] = []
         for pump in targets:
             if self._stop.is_set():
                 break
-            self._transport.reset(pump.addr)
+            if not suspects_only:
+                self._transport.reset(pump.addr)
             try:
                 self._transport.write(pump.addr, request, min(self._policy.write_timeout, PROBE_TIMEOUT))
             except AttemptError as err:
                 log.debug("probe of node_id=%s at %s failed: %s", pump.node_id, pump.addr, err.describe())
+                if on_error(err.code) is Action.RECONNECT:
+                    self._transport.reset(pump.addr, err.generation)
                 continue
             with self._lock:
                 if self._membership.record_success(pump.node_id):

@@ -5,6 +5,12 @@ after `commit_timeout`, or the pump left the registry), else the seconds until t
 (`10 x retry_interval`).  The caller either loops over it (`PumpsClient.write_binlog`) or hands it to
 the background dispatcher (`write_binlog_async`).  Nothing here raises to the caller: a commit that is
 not delivered is logged, and the pump's resolver decides the transaction.
+
+The commit always goes to that pump, available or not.  While the pump is *suspect* (a call to it
+timed out or found no server, pump_client/membership.py) and still online, a step makes no call and
+just waits another interval: the prober tells when the pump answers again.  So commits for a frozen
+pump hold no worker thread, and commits for the other pumps are not delayed behind them.  Each call
+has the short per-attempt deadline (retry.RetryPolicy.attempt_deadline), not the whole write_timeout.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from common.registry import NodeState
 from pump_client.membership import PumpInfo
 from pump_client.retry import RetryPolicy
 from pump_client.transport import AttemptError, Request
@@ -54,6 +61,7 @@ class CommitJob:
         self.start_ts = start_ts
         self.commit_ts = commit_ts
         self._request = request
+        self._size = len(request) if isinstance(request, bytes) else request.ByteSize()
         self._policy = policy
         self._lookup = lookup
         self._attempt = attempt
@@ -61,6 +69,7 @@ class CommitJob:
         self._clock = clock
         self._begin = clock()
         self._attempts = 0
+        self._skipped = 0
         self._finished = False
 
     def step(self) -> float | None:
@@ -75,9 +84,18 @@ class CommitJob:
             )
             self._finish(delivered=False)
             return None
-        err = self._attempt(
-            pump.node_id, pump.addr, self._request, policy.commit_rpc_timeout(self._elapsed()), retry=self._attempts > 0
-        )
+        if pump.suspect and pump.state is NodeState.ONLINE and not policy.commit_gives_up(self._elapsed()):
+            self._skipped += 1
+            if self._skipped == 1:
+                log.info(
+                    "commit binlog start_ts=%d waits for node_id=%s, which timed out or was unreachable "
+                    "(no call until it answers a probe)",
+                    self.start_ts,
+                    self.node_id,
+                )
+            return policy.commit_interval
+        timeout = policy.commit_rpc_timeout(self._elapsed(), self._attempts, self._size)
+        err = self._attempt(pump.node_id, pump.addr, self._request, timeout, retry=self._attempts > 0)
         self._attempts += 1
         if err is None:
             if self._attempts > 1:

@@ -1,8 +1,10 @@
 """What the client knows about each pump: registry state, address, score, consecutive errors (pure).
 
 A pump is *available* (prewrites may be sent to it) when its registry state is `online` and it is
-usable: at most `max_err_nums` consecutive failed calls (original: 10).  Every other pump is
-*unavailable*.  The transitions:
+usable: at most `max_err_nums` consecutive failed calls (original: 10), and not *suspect*.  A pump is
+suspect from a call that timed out or found no server (`record_error(..., suspect=True)`, see
+retry.makes_suspect) until a call or a probe succeeds: a frozen pump is left at its first timeout,
+not after 10 of them.  Every other pump is *unavailable*.  The transitions:
 
     registry PUT, unknown node id      -> added; available if online
     registry PUT, state changed        -> to online: error count reset (available again);
@@ -11,7 +13,8 @@ usable: at most `max_err_nums` consecutive failed calls (original: 10).  Every o
     registry PUT, score changed        -> new score (the `score` strategy reads it)
     registry DELETE                    -> removed (compatibility only: pumps are never deleted)
     failed call                        -> error count + 1; > max_err_nums -> unavailable
-    successful call / probe            -> error count 0 -> available again (if online)
+    timed-out / unreachable call       -> error count + 1 and suspect -> unavailable at once
+    successful call / probe            -> error count 0, not suspect -> available again (if online)
 
 Not thread-safe: the client serializes every call under its lock.
 """
@@ -41,6 +44,8 @@ class PumpInfo:
     available: bool
     err_num: int
     score: int
+    suspect: bool = False
+    """A call timed out or found no server and nothing has succeeded since (the prober checks it)."""
 
 
 @dataclass
@@ -50,12 +55,14 @@ class PumpEndpoint:
     state: NodeState
     score: int = 0
     err_num: int = 0
+    suspect: bool = False
 
     def available(self, max_err_nums: int) -> bool:
-        return self.state is NodeState.ONLINE and self.err_num <= max_err_nums
+        return self.state is NodeState.ONLINE and self.err_num <= max_err_nums and not self.suspect
 
     def info(self, max_err_nums: int) -> PumpInfo:
-        return PumpInfo(self.node_id, self.addr, self.state, self.available(max_err_nums), self.err_num, self.score)
+        available = self.available(max_err_nums)
+        return PumpInfo(self.node_id, self.addr, self.state, available, self.err_num, self.score, self.suspect)
 
 
 class Change(Enum):
@@ -117,6 +124,7 @@ class Membership:
             log.info("pump node_id=%s state %s -> %s", pump.node_id, pump.state.value, status.state.value)
             if status.state is NodeState.ONLINE:
                 pump.err_num = 0
+                pump.suspect = False
                 reconnect = True  # a pump that came back: start from a fresh connection
             pump.state = status.state
         score_changed = status.score != pump.score
@@ -137,31 +145,37 @@ class Membership:
         return Applied(Change.REMOVED, reconnect=True, availability_changed=pump.available(self.max_err_nums))
 
     # ------------------------------------------------------------------------------- outcomes
-    def record_error(self, node_id: str) -> bool:
-        """Count a failed call; True when this made the pump unavailable."""
+    def record_error(self, node_id: str, *, suspect: bool = False) -> bool:
+        """Count a failed call (`suspect`: it timed out or found no server); True when this made the
+        pump unavailable."""
         pump = self._pumps.get(node_id)
         if pump is None:
             return False
         before = pump.available(self.max_err_nums)
         pump.err_num += 1
+        pump.suspect = pump.suspect or suspect
         if before and not pump.available(self.max_err_nums):
             self.version += 1
-            log.warning(
-                "pump node_id=%s unavailable after %d consecutive errors (max %d)",
-                node_id,
-                pump.err_num,
-                self.max_err_nums,
-            )
+            if pump.err_num > self.max_err_nums:
+                log.warning(
+                    "pump node_id=%s unavailable after %d consecutive errors (max %d)",
+                    node_id,
+                    pump.err_num,
+                    self.max_err_nums,
+                )
+            else:
+                log.warning("pump node_id=%s unavailable: a call timed out or found no server", node_id)
             return True
         return False
 
     def record_success(self, node_id: str) -> bool:
-        """Reset the error count; True when this made the pump available again."""
+        """Reset the error count and clear suspicion; True when this made the pump available again."""
         pump = self._pumps.get(node_id)
         if pump is None:
             return False
         before = pump.available(self.max_err_nums)
         pump.err_num = 0
+        pump.suspect = False
         if not before and pump.available(self.max_err_nums):
             self.version += 1
             log.info("pump node_id=%s available again", node_id)
@@ -190,6 +204,10 @@ class Membership:
     def to_probe(self) -> list[PumpInfo]:
         """Unavailable pumps whose registry state is online: the prober tries them."""
         return [p for p in self.online() if not p.available]
+
+    def suspects(self) -> list[PumpInfo]:
+        """Online pumps that are suspect: the prober tries them more often (a freeze is usually short)."""
+        return [p for p in self.online() if p.suspect]
 
     def snapshot(self) -> list[PumpInfo]:
         return [p.info(self.max_err_nums) for p in self._sorted()]

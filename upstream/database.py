@@ -111,6 +111,7 @@ class Database:
         strategy: str = "range",
         lock_ttl: float = DEFAULT_LOCK_TTL,
         write_timeout: float = 15.0,
+        attempt_timeout: float = 1.0,
         mysql_db_prefix: str = "",
         client: Any = None,
         tls: TLS | TLSFiles | None = None,
@@ -154,7 +155,13 @@ class Database:
                 if client is None:
                     from pump_client import PumpsClient
 
-                    client = PumpsClient(etcd_urls, strategy=strategy, write_timeout=write_timeout, tls=tls)
+                    client = PumpsClient(
+                        etcd_urls,
+                        strategy=strategy,
+                        write_timeout=write_timeout,
+                        attempt_timeout=attempt_timeout,
+                        tls=tls,
+                    )
                     self._own_client = True
                 self.client = client
                 self._prewrite_pool = ThreadPoolExecutor(PREWRITE_THREADS, thread_name_prefix="prewrite-binlog")

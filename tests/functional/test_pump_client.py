@@ -3,8 +3,12 @@ retry paths that real pumps cannot be made to take on cue)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
 import re
+import signal
+import sqlite3
 import threading
 import time
 import urllib.error
@@ -22,11 +26,13 @@ from common.etcd import EtcdClient
 from common.pb import binlog_pb2, gogo, pump_pb2, pump_pb2_grpc
 from common.pd_client import CLUSTER_ID_KEY, TSOClient, read_cluster_id
 from common.registry import NodeKind, NodeState, NodeStatus, Registry
+from common.txnstatus import TxnStatusStore
 from pump_client import BinlogTooLargeError, EncodedBinlog, NoPumpError, PumpClientError, PumpFullError, PumpsClient
 from pump_client.metrics import COMMIT, PREWRITE
 from pump_client.payload import MAX_HEADER_SIZE
 from tests.functional.pumputil import PumpClient as RawPump
 from tests.functional.pumputil import is_fake, prewrite_value
+from tests.functional.upstreamutil import pull_merged
 from tools.localcluster import EtcdProcess, PDProcess, PumpProcess
 from tools.procs import free_port, wait_for
 
@@ -265,6 +271,140 @@ def test_kill9_one_of_three_pumps_while_writing(
         assert info(client, victim.node_id) == (NodeState.ONLINE, True)
         assert all(client.metrics.writes(p.node_id) > 0 for p in pumps)
         print(f"restarted pump took traffic again {rejoined_after:.2f}s after it was serving")
+
+
+@dataclass
+class StatusTxns:
+    """What the writers of the freeze test did: start_ts -> (commit_ts, future, handed-over time)."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    committed: dict[int, tuple[int, futures.Future[None], float]] = field(default_factory=dict)
+    errors: list[BaseException] = field(default_factory=list)
+
+    def delivered_since(self, since: float) -> int:
+        """Transactions handed over at or after `since` whose commit binlog has been delivered."""
+        with self.lock:
+            return sum(1 for _, fut, at in self.committed.values() if at >= since and fut.done())
+
+
+def run_status_writers(
+    client: PumpsClient,
+    tso: TSOClient,
+    db_path: Path,
+    status: TxnStatusStore,
+    txns: StatusTxns,
+    stop: threading.Event,
+) -> list[threading.Thread]:
+    """WRITERS threads doing what the upstream writer does: a pending txn-status row, the prewrite, the
+    row marked committed, then the commit binlog sent asynchronously (rolled back if the prewrite fails)."""
+
+    def writer(i: int) -> None:
+        conn = sqlite3.connect(db_path, timeout=30, isolation_level=None)
+        conn.execute("PRAGMA synchronous = NORMAL")
+        try:
+            while not stop.is_set():
+                start_ts = tso.get_ts()
+                status.begin_pending(conn, start_ts, ttl_ms=120_000)
+                try:
+                    client.write_binlog(prewrite(start_ts))
+                except PumpClientError as exc:
+                    status.mark_rolled_back(conn, start_ts)
+                    with txns.lock:
+                        txns.errors.append(exc)
+                    continue
+                commit_ts = tso.get_ts()
+                status.mark_committed(conn, start_ts, commit_ts)
+                fut = client.write_binlog_async(commit(start_ts, commit_ts))
+                with txns.lock:
+                    txns.committed[start_ts] = (commit_ts, fut, time.monotonic())
+        except BaseException as exc:
+            with txns.lock:
+                txns.errors.append(exc)
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=writer, args=(i,), name=f"writer-{i}", daemon=True) for i in range(WRITERS)]
+    for t in threads:
+        t.start()
+    return threads
+
+
+FROZEN_COMMITS = 50
+"""Transactions that must commit (binlog delivered) while one pump of three is frozen ..."""
+FROZEN_DEADLINE = 10.0
+"""... within this many seconds of the freeze: less than write_timeout (15 s), which a prewrite sent to
+the frozen pump used to wait before it was tried elsewhere."""
+
+
+def test_sigstop_one_of_three_pumps_commits_continue_then_it_rejoins(
+    tmp_path: Path, etcd_server: EtcdProcess, cluster_id: int, tso_client: TSOClient, request: pytest.FixtureRequest
+) -> None:
+    db_path = tmp_path / "txn-status.db"
+    dsn = f"sqlite:///{db_path}"
+    status = TxnStatusStore.open(dsn)
+    request.addfinalizer(status.close)
+    status.ensure_schema()
+    # with the resolver, as deployed: a prewrite the frozen pump received but answered too late was
+    # written again to another pump; the frozen pump's copy is settled from the txn-status row
+    pumps = start_pumps(
+        tmp_path, etcd_server, request, 3, "--upstream.txn-status-dsn", dsn, "--storage.resolve-interval", "0.2"
+    )
+    victim = pumps[2]
+    pid = victim.process.pid
+    assert pid is not None
+
+    def thaw() -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGCONT)
+
+    request.addfinalizer(thaw)  # runs before the pumps are stopped (finalizers run last-in first-out)
+    with PumpsClient(etcd_server.url, probe_interval=0.5, retry_interval=0.05) as client:
+        txns = StatusTxns()
+        stop = threading.Event()
+        threads = run_status_writers(client, tso_client, db_path, status, txns, stop)
+        try:
+            wait_for(lambda: len(txns.committed) >= 100 or bool(txns.errors), DEADLINE, "100 transactions")
+            assert client.metrics.writes(victim.node_id) > 0
+            os.killpg(pid, signal.SIGSTOP)
+            frozen_at = time.monotonic()
+            wait_for(
+                lambda: txns.delivered_since(frozen_at) >= FROZEN_COMMITS or bool(txns.errors),
+                FROZEN_DEADLINE,
+                f"{FROZEN_COMMITS} transactions committed while {victim.node_id} is frozen",
+            )
+            continued_after = time.monotonic() - frozen_at
+            assert not txns.errors, txns.errors[:3]
+            assert info(client, victim.node_id) == (NodeState.ONLINE, False)  # suspect: no new prewrites
+            writes_frozen = client.metrics.writes(victim.node_id)
+            thaw()
+            thawed_at = time.monotonic()
+            wait_for(
+                lambda: client.metrics.writes(victim.node_id) > writes_frozen + 10 or bool(txns.errors),
+                DEADLINE,
+                "the thawed pump to receive prewrites again",
+            )
+            rejoined_after = time.monotonic() - thawed_at
+            assert info(client, victim.node_id) == (NodeState.ONLINE, True)
+        finally:
+            stop.set()
+            thaw()
+            for t in threads:
+                t.join(DEADLINE)
+        assert not [t.name for t in threads if t.is_alive()], "writers still running"
+        assert not txns.errors, txns.errors[:3]
+        pending = [fut for _, fut, _ in txns.committed.values()]
+        _, not_done = futures.wait(pending, timeout=DEADLINE)
+        assert not not_done, f"{len(not_done)} async commits not resolved"
+        assert client.metrics.given_up(PREWRITE) == 0
+        assert client.metrics.given_up(COMMIT) == 0  # the frozen pump's commits waited for it
+        assert client.tracked_txns == 0
+
+    pulled = pull_merged(pumps, cluster_id, tso_client.get_ts(), timeout=120)
+    assert {(b.start_ts, b.commit_ts) for b in pulled} == {(s, c) for s, (c, _, _) in txns.committed.items()}
+    print(
+        f"{FROZEN_COMMITS} commits {continued_after:.2f}s after the freeze; "
+        f"the thawed pump took prewrites again {rejoined_after:.2f}s after SIGCONT"
+    )
 
 
 def test_a_paused_pump_gets_no_more_prewrites(

@@ -38,6 +38,7 @@ def test_defaults_are_the_originals() -> None:
     assert defaults == {
         "strategy": "range",
         "write_timeout": 15.0,
+        "attempt_timeout": 1.0,  # ours: the original gave every call write_timeout
         "commit_timeout": 600.0,
         "retry_interval": 0.1,
         "probe_interval": 30.0,
@@ -60,6 +61,7 @@ def test_max_message_size_default_lets_the_pumps_limit_decide() -> None:
     [
         ({"strategy": "roundrobin"}, "unknown pump client strategy 'roundrobin'"),
         ({"write_timeout": 0}, "write_timeout must be > 0"),
+        ({"attempt_timeout": 0}, "attempt_timeout must be > 0"),
         ({"commit_timeout": -1}, "commit_timeout must be > 0"),
         ({"retry_interval": -1}, "retry_interval must be >= 0"),
         ({"probe_interval": 0}, "probe_interval must be > 0"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import grpc
 import pytest
 
@@ -22,6 +24,7 @@ class Harness:
         self.calls: list[tuple[str, float, bool]] = []
         self.finished: list[tuple[int, bool]] = []
         self.pump: PumpInfo | None = PUMP
+        self.error = grpc.StatusCode.UNAVAILABLE
 
     def clock(self) -> float:
         return self.now
@@ -32,7 +35,7 @@ class Harness:
         self.calls.append((node_id, timeout, retry))
         if self.failures:
             self.failures -= 1
-            return AttemptError(grpc.StatusCode.UNAVAILABLE, "down", 1)
+            return AttemptError(self.error, "down", 1)
         return None
 
     def job(self, policy: RetryPolicy) -> CommitJob:
@@ -65,7 +68,8 @@ def test_delivered_after_retries_every_ten_retry_intervals() -> None:
     delays = run(h, h.job(RetryPolicy(write_timeout=15.0, commit_timeout=600.0, retry_interval=0.1)))
     assert delays == [pytest.approx(1.0), pytest.approx(1.0), None]
     assert [retry for _, _, retry in h.calls] == [False, True, True]
-    assert [timeout for _, timeout, _ in h.calls] == [15.0, 15.0, 15.0]
+    # the per-attempt deadline (1 s) doubles on each attempt, within write_timeout
+    assert [timeout for _, timeout, _ in h.calls] == [pytest.approx(1.0), pytest.approx(2.0), pytest.approx(4.0)]
     assert h.finished == [(7, True)]
 
 
@@ -92,4 +96,42 @@ def test_abandon_finishes_once() -> None:
     job = h.job(RetryPolicy())
     job.abandon()
     job.abandon()
+    assert h.finished == [(7, False)]
+
+
+def test_a_commit_for_a_suspect_pump_waits_for_it_without_calling_then_goes_to_it() -> None:
+    h = Harness(failures=0)
+    h.pump = replace(PUMP, available=False, suspect=True, err_num=1)  # its last call timed out
+    job = h.job(RetryPolicy())
+    assert [job.step() for _ in range(3)] == [pytest.approx(1.0)] * 3
+    assert h.calls == []  # no worker held by a frozen pump
+    assert h.finished == []
+    h.pump = PUMP  # a probe got an answer
+    assert job.step() is None
+    assert [node_id for node_id, _, _ in h.calls] == ["p1"]  # still the pump that took the prewrite
+    assert h.finished == [(7, True)]
+
+
+def test_a_commit_that_times_out_is_retried_on_the_same_pump_only() -> None:
+    h = Harness(failures=2)
+    h.error = grpc.StatusCode.DEADLINE_EXCEEDED
+    delays = run(h, h.job(RetryPolicy()))
+    assert delays == [pytest.approx(1.0), pytest.approx(1.0), None]
+    assert {node_id for node_id, _, _ in h.calls} == {"p1"}
+    assert h.finished == [(7, True)]
+
+
+def test_a_suspect_pump_that_is_not_online_is_still_tried() -> None:
+    h = Harness(failures=0)
+    h.pump = replace(PUMP, state=NodeState.PAUSED, available=False, suspect=True)
+    assert h.job(RetryPolicy()).step() is None
+    assert len(h.calls) == 1  # no prober looks at it: waiting would only run into commit_timeout
+
+
+def test_a_commit_still_gives_up_after_commit_timeout_while_its_pump_is_suspect() -> None:
+    h = Harness(failures=10**9)
+    h.pump = replace(PUMP, available=False, suspect=True)
+    delays = run(h, h.job(RetryPolicy(commit_timeout=10.0, retry_interval=0.1)))
+    assert delays[-1] is None
+    assert len(h.calls) == 1  # one last try once the time is up, then given up
     assert h.finished == [(7, False)]

@@ -129,3 +129,43 @@ def test_delete_removes_a_pump() -> None:
 def test_negative_max_err_nums_is_refused() -> None:
     with pytest.raises(ValueError, match="max_err_nums"):
         Membership(-1)
+
+
+def test_a_timed_out_call_makes_a_pump_unavailable_at_once_until_a_success() -> None:
+    m = Membership()  # max_err_nums = 10: a plain error would leave it available
+    put(m, status("p1"))
+    put(m, status("p2"))
+    version = m.version
+    assert m.record_error("p1", suspect=True) is True
+    assert m.version > version  # the selector is refreshed: no new prewrites for p1
+    assert available_ids(m) == ["p2"]
+    info = m.get("p1")
+    assert info is not None
+    assert (info.available, info.suspect, info.err_num, info.state) == (False, True, 1, NodeState.ONLINE)
+    assert [p.node_id for p in m.suspects()] == ["p1"]  # probed quickly ...
+    assert [p.node_id for p in m.to_probe()] == ["p1"]  # ... and by the regular probe
+    assert m.record_error("p1") is False  # a plain error keeps it suspect
+    assert m.record_success("p1") is True  # a probe or a call answered
+    assert available_ids(m) == ["p1", "p2"]
+    assert m.suspects() == []
+
+
+def test_a_plain_error_does_not_make_a_pump_suspect() -> None:
+    m = Membership()
+    put(m, status("p1"))
+    assert m.record_error("p1", suspect=False) is False
+    assert available_ids(m) == ["p1"]
+    assert m.suspects() == []
+
+
+def test_suspects_are_online_pumps_only_and_going_online_again_clears_suspicion() -> None:
+    m = Membership()
+    put(m, status("p1"))
+    m.record_error("p1", suspect=True)
+    m.put(status("p1", NodeState.PAUSED))
+    assert m.suspects() == []  # not probed while paused
+    m.put(status("p1", NodeState.ONLINE))  # a pump that went online again starts clean
+    assert available_ids(m) == ["p1"]
+    info = m.get("p1")
+    assert info is not None
+    assert not info.suspect

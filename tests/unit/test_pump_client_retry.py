@@ -5,7 +5,16 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from pump_client.retry import MIN_RPC_TIMEOUT, Action, RetryPolicy, on_error, prewrite_gives_up
+from pump_client.retry import (
+    ATTEMPT_BYTES_PER_SECOND,
+    DEFAULT_ATTEMPT_TIMEOUT,
+    MIN_RPC_TIMEOUT,
+    Action,
+    RetryPolicy,
+    makes_suspect,
+    on_error,
+    prewrite_gives_up,
+)
 
 
 @pytest.mark.parametrize(
@@ -44,7 +53,7 @@ def test_commit_gives_up_after_commit_timeout() -> None:
 
 
 def test_commit_rpc_deadline_is_cut_to_what_is_left_but_not_below_the_minimum() -> None:
-    p = RetryPolicy(write_timeout=15.0, commit_timeout=20.0)
+    p = RetryPolicy(write_timeout=15.0, commit_timeout=20.0, attempt_timeout=15.0)
     assert p.commit_rpc_timeout(0.0) == 15.0
     assert p.commit_rpc_timeout(10.0) == 10.0
     assert p.commit_rpc_timeout(19.9) == MIN_RPC_TIMEOUT
@@ -53,8 +62,48 @@ def test_commit_rpc_deadline_is_cut_to_what_is_left_but_not_below_the_minimum() 
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"write_timeout": 0}, {"commit_timeout": -1}, {"retry_interval": -0.1}],
+    [{"write_timeout": 0}, {"commit_timeout": -1}, {"retry_interval": -0.1}, {"attempt_timeout": 0}],
 )
 def test_bad_values_are_refused(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError, match=next(iter(kwargs))):
         RetryPolicy(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("code", "suspect"),
+    [
+        (grpc.StatusCode.DEADLINE_EXCEEDED, True),
+        (grpc.StatusCode.UNAVAILABLE, True),
+        (grpc.StatusCode.RESOURCE_EXHAUSTED, False),
+        (grpc.StatusCode.INTERNAL, False),
+        (grpc.StatusCode.UNKNOWN, False),
+        (None, False),
+    ],
+)
+def test_a_timeout_or_no_server_makes_the_pump_suspect(code: grpc.StatusCode | None, suspect: bool) -> None:
+    assert makes_suspect(code) is suspect
+
+
+def test_attempt_deadline_starts_short_doubles_and_stays_within_write_timeout() -> None:
+    p = RetryPolicy(write_timeout=15.0, attempt_timeout=1.0)
+    assert p.attempt_timeout == DEFAULT_ATTEMPT_TIMEOUT == 1.0
+    assert [p.attempt_deadline(n, 0) for n in range(6)] == [1.0, 2.0, 4.0, 8.0, 15.0, 15.0]
+    assert p.attempt_deadline(10**6, 0) == 15.0  # no overflow for a long retry loop
+
+
+def test_attempt_deadline_grows_with_the_request_size() -> None:
+    p = RetryPolicy(write_timeout=15.0, attempt_timeout=1.0)
+    assert p.attempt_deadline(0, 64 * ATTEMPT_BYTES_PER_SECOND // 32) == pytest.approx(3.0)
+    assert p.attempt_deadline(0, 1 << 30) == 15.0  # 1 GiB: the original's whole write_timeout
+
+
+def test_attempt_timeout_above_write_timeout_means_write_timeout() -> None:
+    p = RetryPolicy(write_timeout=0.3, attempt_timeout=1.0)
+    assert p.attempt_deadline(0, 0) == 0.3
+    assert p.commit_rpc_timeout(0.0) == MIN_RPC_TIMEOUT  # never below the commit minimum
+
+
+def test_commit_attempt_deadline_is_the_attempt_deadline() -> None:
+    p = RetryPolicy(write_timeout=15.0, commit_timeout=600.0, attempt_timeout=1.0)
+    assert p.commit_rpc_timeout(0.0) == 1.0
+    assert p.commit_rpc_timeout(5.0, attempts=2) == 4.0
