@@ -9,7 +9,8 @@ text as details; `errmsg` is therefore empty on every response that arrives (a s
     payload is not a binlog.Binlog              INVALID_ARGUMENT     "payload is not a binlog: ..."
     an invalid binlog (pump/validate.py)        INVALID_ARGUMENT     "invalid binlog: <reason>"; nothing stored
     prewrite while the node is not online      UNAVAILABLE          "no online: <state>"
-    no space (NoSpaceError)                     RESOURCE_EXHAUSTED   (the client does not retry it)
+    no space (NoSpaceError: the disk guard, or  RESOURCE_EXHAUSTED   "no available space...": the client does
+      ENOSPC / EDQUOT on the value log)                                not retry it
     storage closed / shutting down              UNAVAILABLE
     anything else                               INTERNAL             (logged with its traceback here;
                                                                       the client gets one line)

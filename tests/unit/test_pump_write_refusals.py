@@ -28,6 +28,13 @@ class DiskPump:
     pump: Pump
     storage: Storage
     metrics: PumpMetrics
+    server: GrpcServer
+
+    def close(self) -> None:
+        self.pump.channel.close()
+        self.pump.service.close_streams()
+        self.server.stop(1.0)
+        self.storage.close()
 
     def send(self, payload: bytes) -> tuple[grpc.StatusCode, str]:
         """(OK, "") when the binlog was accepted, else the refusal's code and details."""
@@ -50,8 +57,8 @@ class DiskPump:
         return got
 
 
-@pytest.fixture
-def disk(tmp_path: Path) -> Iterator[DiskPump]:
+def start_disk_pump(data_dir: Path, options: StorageOptions) -> DiskPump:
+    """The servicer on a real gRPC port over a real `Storage` in `data_dir` (its metrics observer wired)."""
     state = [NodeState.ONLINE]
     storage: Storage | None = None
 
@@ -60,17 +67,20 @@ def disk(tmp_path: Path) -> Iterator[DiskPump]:
         return storage.status()
 
     metrics = PumpMetrics(status)  # built first: the storage takes its observer from it
-    storage = Storage(tmp_path / "pump", StorageOptions(stop_write_at_available_space=0), observer=metrics.storage)
+    storage = Storage(data_dir, options, observer=metrics.storage)
     service = PumpService(storage, CLUSTER, lambda: state[0], metrics, max_pull_streams=4)
     server = GrpcServer(service, "127.0.0.1:0", max_message_size=64 << 20, workers=16)
     server.start()
     channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")
     p = Pump(MemoryStorage(), service, metrics, channel, pump_pb2_grpc.PumpStub(channel), state)
-    yield DiskPump(p, storage, metrics)
-    channel.close()
-    service.close_streams()
-    server.stop(1.0)
-    storage.close()
+    return DiskPump(p, storage, metrics, server)
+
+
+@pytest.fixture
+def disk(tmp_path: Path) -> Iterator[DiskPump]:
+    d = start_disk_pump(tmp_path / "pump", StorageOptions(stop_write_at_available_space=0))
+    yield d
+    d.close()
 
 
 def test_an_unknown_type_is_refused_and_never_holds_the_watermark(disk: DiskPump) -> None:
