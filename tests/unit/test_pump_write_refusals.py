@@ -122,6 +122,7 @@ def test_a_commit_at_or_below_its_start_ts_is_refused_and_never_served(disk: Dis
         (gogo.encode_binlog(binlog_pb2.Prewrite, 5, 0), "prewrite has neither prewrite_value nor ddl_query"),
         (gogo.encode_binlog(binlog_pb2.PreDDL, 5, 6), "binlog type PreDDL is obsolete"),
     ],
+    ids=lambda value: value if isinstance(value, str) else "",
 )
 def test_invalid_binlogs_are_refused_and_store_nothing(disk: DiskPump, payload: bytes, reason: str) -> None:
     assert disk.send(payload) == (grpc.StatusCode.INVALID_ARGUMENT, f"invalid binlog: {reason}")
