@@ -6,9 +6,11 @@ message together with a non-OK status, so a failed WriteBinlog aborts with a sta
 text as details; `errmsg` is therefore empty on every response that arrives (a success).  The codes:
 
     cluster id mismatch                         FAILED_PRECONDITION  "cluster id mismatch: ..."
-    payload is not a binlog.Binlog              INVALID_ARGUMENT
+    payload is not a binlog.Binlog              INVALID_ARGUMENT     "payload is not a binlog: ..."
+    an invalid binlog (pump/validate.py)        INVALID_ARGUMENT     "invalid binlog: <reason>"; nothing stored
     prewrite while the node is not online      UNAVAILABLE          "no online: <state>"
-    no space (NoSpaceError)                     RESOURCE_EXHAUSTED   (the client does not retry it)
+    no space (NoSpaceError: the disk guard, or  RESOURCE_EXHAUSTED   "no available space...": the client does
+      ENOSPC / EDQUOT on the value log)                                not retry it
     storage closed / shutting down              UNAVAILABLE
     anything else                               INTERNAL             (logged with its traceback here;
                                                                       the client gets one line)
@@ -64,6 +66,7 @@ from common.errors import BinlogError, NoSpaceError, StorageClosedError
 from common.pb import binlog_pb2, gogo, pump_pb2
 from common.registry import NodeState
 from common.tls import TLS
+from pump import validate
 from pump.metrics import FAIL, PULL_BINLOGS, SUCC, WRITE_BINLOG, PumpMetrics
 from pump.storage.api import PumpStorage
 
@@ -418,11 +421,21 @@ class PumpService:
             binlog = binlog_pb2.Binlog.FromString(payload)
         except DecodeError as exc:
             raise _AbortError(grpc.StatusCode.INVALID_ARGUMENT, f"payload is not a binlog: {exc}") from None
+        reason = validate.refusal(binlog)
+        if reason is not None:
+            log.warning(
+                "refused an invalid binlog start_ts=%d commit_ts=%d tp=%d: %s",
+                binlog.start_ts,
+                binlog.commit_ts,
+                binlog.tp,
+                reason,
+            )
+            raise _AbortError(grpc.StatusCode.INVALID_ARGUMENT, f"invalid binlog: {reason}")
         if binlog.tp == _PREWRITE:
             state = self._state()
             if state is not NodeState.ONLINE:
                 raise _AbortError(grpc.StatusCode.UNAVAILABLE, f"no online: {state.value}")
-        if binlog.start_ts == 0 and binlog.commit_ts == 0:
+        if validate.is_probe(binlog):
             return None
         return binlog
 

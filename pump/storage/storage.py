@@ -58,7 +58,7 @@ from pump.storage.replay import replay
 from pump.storage.resolve import resolve_pass
 from pump.storage.sorter import LONG_TXN_TSO, Sorter
 from pump.storage.vlog import OpenReport, ValueLog
-from pump.storage.vlog_record import ValuePointer
+from pump.storage.vlog_record import HEADER_SIZE, ValuePointer
 from pump.storage.writer import GROUP_COMMIT_DELAY, DoneCallback, VlogWriter
 
 __all__ = ["GC_KEEP_TSO", "Storage"]
@@ -205,7 +205,7 @@ class Storage:
         if is_probe(start_ts, commit_ts):
             return
         tp = binlog.tp
-        self._check_writable(tp, start_ts, commit_ts)
+        self._check_writable(tp, start_ts, commit_ts, len(payload))
         began = time.monotonic()
         key = binlog.prewrite_key if tp == PREWRITE and binlog.HasField("prewrite_key") else None
         try:
@@ -238,7 +238,7 @@ class Storage:
         if is_probe(start_ts, commit_ts):
             done(None)
             return True
-        self._check_writable(tp, start_ts, commit_ts)
+        self._check_writable(tp, start_ts, commit_ts, len(payload))
         began = time.monotonic()
 
         def finished(error: BaseException | None) -> None:
@@ -252,12 +252,18 @@ class Storage:
             tp, start_ts, commit_ts, payload, prewrite_key=prewrite_key, callback=finished
         )
 
-    def _check_writable(self, tp: int, start_ts: int, commit_ts: int) -> None:
+    def _check_writable(self, tp: int, start_ts: int, commit_ts: int, size: int) -> None:
+        """Refuse a write when closed, or when the disk guard does not admit its record (a fake binlog
+        passes below stop-write-at-available-space, but only while it fits)."""
         if self._closed:
             raise StorageClosedError("storage is closed")
-        if not self._disk.writable() and not is_fake(tp, start_ts, commit_ts):
+        disk = self._disk
+        fake = is_fake(tp, start_ts, commit_ts)
+        record = HEADER_SIZE + size
+        admitted = disk.admit(record, exempt=True) if fake else disk.writable() and disk.admit(record)
+        if not admitted:
             self._observer.error("write_binlog")
-            raise NoSpaceError(self._disk.message())
+            raise NoSpaceError(disk.message(record))
 
     def _check_slow(self, began: float, start_ts: int, commit_ts: int) -> None:
         took = time.monotonic() - began

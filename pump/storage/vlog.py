@@ -13,11 +13,15 @@ end exactly where the footer starts: a record's payload may end with footer-like
 other file is scanned to rebuild its maxTS.  Damaged
 spans are reported (logged and counted in `open_report`) and skipped; damage at the tail of the
 last file (a torn append) is truncated away so that new records follow the last good one.
+
+A failed append (its write or its fdatasync) is cut off the file at once, so nothing of it is read
+back, now or at the next open; if even the truncation fails, nothing more is appended until it
+succeeds.  ENOSPC and EDQUOT raise NoSpaceError (the client is told RESOURCE_EXHAUSTED "no available
+space"), anything else StorageError; either way the log goes on from its last good record.
 """
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import re
@@ -29,6 +33,7 @@ from pathlib import Path
 from typing import Final
 
 from common.errors import CodecError, CorruptRecordError, NoSpaceError, StorageClosedError, StorageError
+from pump.storage.diskguard import NO_SPACE_ERRNOS
 from pump.storage.entry import max_ts as record_max_ts
 from pump.storage.entry import parse_binlog
 from pump.storage.vlog_record import (
@@ -128,6 +133,7 @@ class ValueLog:
         self._write_lock = threading.Lock()  # append / rotate / close
         self._files: dict[int, _LogFile] = {}
         self._closed = False
+        self._torn_at: int | None = None  # where a failed write began in the active file, until cut off
         self.open_report = OpenReport()
         directory.mkdir(parents=True, exist_ok=True)
         fids = sorted(int(m.group(1)) for name in os.listdir(directory) if (m := _NAME.match(name)))
@@ -221,11 +227,15 @@ class ValueLog:
     def _create(self, fid: int) -> _LogFile:
         path = self._dir / file_name(fid)
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
-        dfd = os.open(self._dir, os.O_RDONLY)
         try:
-            os.fsync(dfd)  # the new name is durable before records in it are acknowledged
-        finally:
-            os.close(dfd)
+            dfd = os.open(self._dir, os.O_RDONLY)
+            try:
+                os.fsync(dfd)  # the new name is durable before records in it are acknowledged
+            finally:
+                os.close(dfd)
+        except OSError:
+            path.unlink(missing_ok=True)  # a later rotation creates it again
+            raise
         f = _LogFile(fid, path, os.open(path, os.O_RDONLY), end=0, max_ts=0, ended=False)
         with self._lock:
             self._files[fid] = f
@@ -244,6 +254,7 @@ class ValueLog:
             if self._closed:
                 raise StorageClosedError("value log is closed")
             f = self._active
+            self._cut_torn_tail(f)
             offset = pos = f.end
             parts: list[bytes] = []
             ptrs: list[ValuePointer] = []
@@ -272,13 +283,40 @@ class ValueLog:
             self.last_write_seconds = written - began
             self.last_sync_seconds = time.perf_counter() - written if sync else 0.0
         except OSError as e:
-            try:
-                os.ftruncate(fd, offset)  # never leave half a batch behind
-            except OSError as te:
-                log.error("vlog cannot truncate a failed write fid=%d offset=%d: %s", self._active.fid, offset, te)
-            if e.errno == errno.ENOSPC:
+            self._torn_at = offset  # never leave half a batch behind: cut now, else before the next append
+            self._cut_torn_tail(self._active, raising=False)
+            if e.errno in NO_SPACE_ERRNOS:
                 raise NoSpaceError(f"no available space to write the value log: {e}") from e
             raise StorageError(f"value log write failed fid={self._active.fid} offset={offset}: {e}") from e
+
+    def _cut_torn_tail(self, f: _LogFile, *, raising: bool = True) -> None:
+        """Truncate the active file back to where a failed write began, if that is still to do.
+
+        Until it is done nothing more is appended: a shorter batch written over a longer failed one
+        would leave some of the failed records after it, to be found again by the scan at the next
+        open.  Raises StorageError (or, `raising` False, logs) when the truncation fails again."""
+        torn = self._torn_at
+        if torn is None:
+            return
+        try:
+            os.ftruncate(self._wfd, torn)
+        except OSError as e:
+            if raising:
+                raise StorageError(f"value log cannot cut a failed write fid={f.fid} offset={torn}: {e}") from e
+            log.error("vlog cannot truncate a failed write yet fid=%d offset=%d: %s", f.fid, torn, e)
+            return
+        self._torn_at = None
+
+    def _drop_created(self, f: _LogFile) -> None:
+        """Forget a file `_create` made for a rotation that then failed (a later one creates it again)."""
+        with self._lock:
+            self._files.pop(f.fid, None)
+            f.removed = True
+            f.close_fd_locked()
+        try:
+            f.path.unlink()
+        except OSError as e:
+            log.error("vlog cannot delete the file of a failed rotation fid=%d: %s", f.fid, e)
 
     def _finalize(self, f: _LogFile) -> None:
         self._write_at(encode_footer(f.max_ts), f.end, sync=True)
@@ -287,13 +325,20 @@ class ValueLog:
     def _rotate(self) -> None:
         old = self._active
         began = time.perf_counter()
+        new: _LogFile | None = None
         try:
             self._finalize(old)
             new = self._create(old.fid + 1)
             wfd = os.open(new.path, os.O_WRONLY)
-        except (OSError, StorageError) as e:
-            # The batch is durable already; keep appending to the old file and rotate later.
-            old.ended = False
+        except (OSError, StorageError, NoSpaceError) as e:
+            # The batch is durable already; keep appending to the old file (from its last record on:
+            # a footer written before the failure is cut off first) and rotate later.
+            if old.ended:
+                old.ended = False
+                self._torn_at = old.end
+                self._cut_torn_tail(old, raising=False)
+            if new is not None:
+                self._drop_created(new)
             log.error("vlog rotation failed fid=%d offset=%d: %s", old.fid, old.end, e)
             return
         os.close(self._wfd)
@@ -456,12 +501,13 @@ class ValueLog:
             if self._closed:
                 return
             f = self._active
-            if f.end >= FINALIZE_SIZE_AT_CLOSE:
-                try:
+            try:
+                self._cut_torn_tail(f)  # a footer must follow the last record, not a failed write
+                if f.end >= FINALIZE_SIZE_AT_CLOSE:
                     self._finalize(f)
                     log.info("vlog finalized at close fid=%d size=%d max_ts=%d", f.fid, f.end, f.max_ts)
-                except StorageError as e:
-                    log.error("vlog cannot finalize at close fid=%d: %s", f.fid, e)
+            except (StorageError, NoSpaceError) as e:
+                log.error("vlog cannot finalize at close fid=%d: %s", f.fid, e)
             os.close(self._wfd)
             with self._lock:
                 self._closed = True

@@ -24,6 +24,9 @@ first is small".  That rule bounds the latency a small write pays for riding wit
 here a batch only holds requests already waiting; splitting them would make the later ones wait
 for one more fsync, and in Python the per-batch cost (thread hand-offs, syscalls) dominates.
 
+No space: a batch that fails with NoSpaceError is written again one record at a time, so that the
+records that fit are stored and only the others are refused.
+
 Hand-off: while the slow chaser is off, the batch's entries are put on the index queue as one item
 (its cost in the `kv_chan_cap` budget is its entry count); if the put blocks longer than
 `slow-chaser-threshold`, the chaser is turned on from the batch's first entry and the writer stops
@@ -38,7 +41,7 @@ import threading
 from collections.abc import Callable
 from typing import Final
 
-from common.errors import StorageClosedError, StorageError
+from common.errors import BinlogError, NoSpaceError, StorageClosedError, StorageError
 from pump.storage.api import NullObserver, StorageObserver
 from pump.storage.chaser import SlowChaser
 from pump.storage.entry import Entry
@@ -210,13 +213,27 @@ class VlogWriter:
                     r.finish(None)
                 if not chaser.is_on():
                     self._hand_off(entries)
-        except BaseException as e:  # every waiter must be released, whatever happened
-            if not released:
-                err = e if isinstance(e, StorageError) else StorageError(f"value log write failed: {e}")
+        except NoSpaceError as e:
+            if len(batch) > 1 and not released:
+                # Nothing of the batch was kept (vlog.append cut it off): write each record alone, so
+                # that the ones that fit are stored and only the others are refused.
+                log.warning("vlog batch does not fit, writing its records one by one records=%d: %s", len(batch), e)
                 for r in batch:
-                    r.finish(err)
-            log.error("vlog batch failed records=%d: %s", len(batch), e)
-            self._observer.error("write_binlog_batch")
+                    self._write([r])
+                return
+            self._fail(batch, e, released)
+        except BaseException as e:  # every waiter must be released, whatever happened
+            self._fail(batch, e, released)
+
+    def _fail(self, batch: list[WriteRequest], e: BaseException, released: bool) -> None:
+        """Release the waiters of a failed batch (unless they were already) with a BinlogError: NoSpaceError
+        (the client is told RESOURCE_EXHAUSTED) stays what it is, anything else is a StorageError."""
+        if not released:
+            err = e if isinstance(e, BinlogError) else StorageError(f"value log write failed: {e}")
+            for r in batch:
+                r.finish(err)
+        log.error("vlog batch failed records=%d: %s", len(batch), e)
+        self._observer.error("write_binlog_batch")
 
     def _hand_off(self, entries: list[Entry]) -> None:
         """The whole batch goes to the index writer as one queue item (one wake-up per batch)."""
