@@ -2,7 +2,8 @@
 
 Clients find pd-server through etcd (`pd-urls` point at etcd, as in TiDB):
 `/pd/leader` holds the serving pd-server's address, `/pd/cluster_id` the
-cluster id as decimal text.  pd-server is dialled with TLS when the client has TLS settings (given,
+cluster id as decimal text, `/pd/timestamp` the upper bound (ms) of the TSOs
+handed out.  pd-server is dialled with TLS when the client has TLS settings (given,
 or the etcd client's).  Concurrent `get_ts()` calls are gathered by one
 dispatcher thread into a single `Tso(count=n)` RPC.  When the call fails the
 client re-reads `/pd/leader`, reconnects and retries until the caller's
@@ -64,6 +65,18 @@ def read_cluster_id(etcd: EtcdClient) -> int | None:
         return int(kv.value.decode())
     except ValueError as exc:
         raise TSOError(f"{CLUSTER_ID_KEY} holds {kv.value!r}, not a decimal cluster id") from exc
+
+
+def read_window_upper(etcd: EtcdClient) -> int | None:
+    """pd-server's saved TSO window at /pd/timestamp (ms): every TSO handed out so far has a smaller
+    physical part. None before pd-server saved one."""
+    kv = etcd.get(TIMESTAMP_KEY)
+    if kv is None:
+        return None
+    try:
+        return int(kv.value.decode())
+    except ValueError as exc:
+        raise TSOError(f"{TIMESTAMP_KEY} holds {kv.value!r}, not a decimal number of milliseconds") from exc
 
 
 def read_leader(etcd: EtcdClient, *, retry_for: float | None = None) -> LeaderInfo | None:

@@ -2,7 +2,8 @@
 
 Start-up (`start()`), reference §3.1:
     etcd + TSO client, cluster id -> node id -> checkpoint loaded (none: `initial-commit-ts`, -1 = a
-    fresh TSO) -> schema from the DDL history up to the checkpoint's schema version -> merger at
+    fresh TSO); a checkpoint or initial-commit-ts beyond the present is refused (drainer/start_check.py)
+    -> schema from the DDL history up to the checkpoint's schema version -> merger at
     the checkpoint ts -> sink and syncer started (a wrong downstream password fails here) -> gRPC
     `binlog.Cistern` serving -> HTTP serving -> register `online` (maxCommitTS = checkpoint ts) ->
     heartbeat every `heartbeat-interval` -> collector (pullers for every non-offline pump).
@@ -44,7 +45,7 @@ from common.daemon import need, shutdown_step
 from common.errors import BinlogError
 from common.etcd import EtcdClient
 from common.httpserver import HTTPActionError
-from common.pd_client import TSOClient
+from common.pd_client import TSOClient, read_window_upper
 from common.registry import NodeKind, NodeState, NodeStatus, Registry, status_labels
 from drainer.checkpoint import Checkpoint, make_checkpoint
 from drainer.cistern import start_cistern_server
@@ -58,6 +59,7 @@ from drainer.puller import Puller
 from drainer.relay import RecoveryResult, RelayMeta, RelaySink, recover, relay_dir_ok
 from drainer.schema import DrainerSchema, EtcdJobSource
 from drainer.sinks.base import Sink
+from drainer.start_check import check_checkpoint, check_initial, offline_present, online_present
 from drainer.syncer import Syncer
 
 if TYPE_CHECKING:
@@ -176,11 +178,16 @@ class DrainerApp:
 
         self.checkpoint = make_checkpoint(cfg, self.cluster_id)
         state = self.checkpoint.load()
+        tso, etcd = self.tso, self.etcd
+        present = functools.partial(online_present, tso.get_ts, lambda: read_window_upper(etcd))
         if state is not None:
             start_ts, version = state.commit_ts, state.schema_version
             log.info("checkpoint commit_ts=%d schema_version=%d consistent=%s", start_ts, version, state.consistent)
+            check_checkpoint(self.checkpoint, state, present())  # a TSO taken after the load
         else:
-            start_ts = cfg.initial_commit_ts if cfg.initial_commit_ts >= 0 else self.tso.get_ts()
+            if cfg.initial_commit_ts >= 0:
+                check_initial(cfg.initial_commit_ts, present())
+            start_ts = cfg.initial_commit_ts if cfg.initial_commit_ts >= 0 else tso.get_ts()
             version = 0
             log.info("no checkpoint: starting at initial-commit-ts %d", start_ts)
         if cfg.relay_enabled and state is not None and not state.consistent:
@@ -259,6 +266,7 @@ class DrainerApp:
         if state is None or state.consistent:
             why = "there is no checkpoint" if state is None else f"checkpoint {state.commit_ts} is consistent"
             raise BinlogError(f"upstream unreachable ({cause}); {why}: nothing to recover from the relay log")
+        check_checkpoint(self.checkpoint, state, offline_present(f"upstream unreachable: {cause}"))
         result = self._apply_relay(state.commit_ts, "")
         version = meta.version_at(result.last_ts, state.schema_version)
         if result.stopped_at_ddl:

@@ -105,6 +105,12 @@ def decode_json(text: str | bytes, where: str) -> tuple[CheckpointState, dict[st
     return _state_from(doc, where, "commitTS", "schema-version"), _ts_map(doc.get("ts-map"), where)
 
 
+def _template(state: CheckpointState, ts_map: Mapping[str, int]) -> str:
+    """The checkPoint text for a fix: `consistent` false (safe mode at start), `<ts>` to fill in."""
+    text = encode_json(CheckpointState(0, state.schema_version, consistent=False), ts_map)
+    return text.replace('"commitTS":0', '"commitTS":<ts>', 1)
+
+
 def _state_from(doc: Mapping[str, Any], where: str, ts_key: str, version_key: str) -> CheckpointState:
     commit_ts = doc.get(ts_key)
     version = doc.get(version_key, 0)
@@ -153,6 +159,15 @@ class Checkpoint(abc.ABC):
 
     @abc.abstractmethod
     def _close(self) -> None: ...
+
+    @property
+    def where(self) -> str:
+        """The store, its location and row, for messages: `mysql, `db`.`t` clusterID=1 on root@h:3306`."""
+        return self.kind
+
+    def fix_hint(self, state: CheckpointState) -> str:
+        """How to set a wrong commitTS right in this store, or remove it to start from initial-commit-ts."""
+        return "set its commitTS to the last commit_ts applied downstream, or remove it to start from initial-commit-ts"
 
     @property
     def last(self) -> CheckpointState | None:
@@ -248,6 +263,7 @@ class MySQLCheckpoint(Checkpoint):
             "write_timeout": timeout,
         }
         self._where = f"checkpoint database {user}@{host}:{port}"
+        self._server = f"{user}@{host}:{port}"
         self._name = f"{_quote(schema)}.{_quote(table)}"
         self._retries = max(1, retries)
         self._retry_interval = retry_interval
@@ -256,6 +272,17 @@ class MySQLCheckpoint(Checkpoint):
         self._run("create the checkpoint table", self._create_table, schema)
         self.cluster_id = cluster_id or self._run("find the cluster id", self._single_cluster_id)
         log.info("mysql checkpoint ready %s table=%s cluster_id=%d", self._where, self._name, self.cluster_id)
+
+    @property
+    def where(self) -> str:
+        return f"mysql, {self._name} clusterID={self.cluster_id} on {self._server}"
+
+    def fix_hint(self, state: CheckpointState) -> str:
+        return (
+            f"set commitTS to the last commit_ts applied downstream: UPDATE {self._name} SET checkPoint = "
+            f"'{_template(state, self._ts_map)}' WHERE clusterID = {self.cluster_id} (on {self._server}), "
+            f"or delete that row to start from initial-commit-ts"
+        )
 
     def _connection(self) -> pymysql.connections.Connection[Any]:
         if self._conn is None:
@@ -367,6 +394,17 @@ class SqliteCheckpoint(Checkpoint):
         self.cluster_id = cluster_id
         log.info("sqlite checkpoint ready path=%s table=%s cluster_id=%d", self._path, self._name, cluster_id)
 
+    @property
+    def where(self) -> str:
+        return f"sqlite, {self._name} clusterID={self.cluster_id} in {self._path}"
+
+    def fix_hint(self, state: CheckpointState) -> str:
+        return (
+            f"set commitTS to the last commit_ts applied downstream: UPDATE {self._name} SET checkPoint = "
+            f"'{_template(state, self._ts_map)}' WHERE clusterID = {_to_int64(self.cluster_id)} (sqlite3 "
+            f"{self._path}), or delete that row to start from initial-commit-ts"
+        )
+
     def _read(self) -> CheckpointState | None:
         try:
             row = self._conn.execute(
@@ -408,6 +446,16 @@ class FileCheckpoint(Checkpoint):
             self._dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
             raise CheckpointError(f"cannot create the checkpoint directory {self._dir}: {exc}") from exc
+
+    @property
+    def where(self) -> str:
+        return f"file, {self.path}"
+
+    def fix_hint(self, state: CheckpointState) -> str:
+        return (
+            f"set commitTS in {self.path} to the last commit_ts applied downstream, "
+            f"or delete the file to start from initial-commit-ts"
+        )
 
     def _read(self) -> CheckpointState | None:
         try:

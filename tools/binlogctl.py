@@ -16,7 +16,9 @@ Commands (reference §4.2; options in tools/binlogctl_options.py, output in tool
                             default gRPC port (pump 8250, drainer 8249), the default status port on the
                             same host (18250, 18249). Otherwise the command says to pass --status-addr
     generate_meta           a fresh TSO from pd-server (found through etcd at --pd-urls), written to
-                            `<data-dir>/savepoint` (temp file, fsync, rename) for a drainer's file checkpoint
+                            `<data-dir>/savepoint` (temp file, fsync, rename) for a drainer's file checkpoint;
+                            `--commit-ts TS` (ours) writes TS instead, after checking it is not ahead of
+                            that fresh TSO (common/tso_guard.py: one line and exit 1, nothing written)
     encrypt --text T        print T encrypted for `encrypted_password` (common/encrypt.py)
 
 TLS: with --ssl-ca (and --ssl-cert / --ssl-key, which servers requiring a client certificate need), etcd,
@@ -49,6 +51,7 @@ from common.etcd import EtcdClient
 from common.pd_client import LEADER_KEY, TSOClient, read_leader
 from common.registry import NodeKind, NodeState, NodeStatus, Registry
 from common.tls import TLS
+from common.tso_guard import Present, check_not_ahead
 from tools.binlogctl_options import (
     ACTION_COMMANDS,
     LIST_COMMANDS,
@@ -270,6 +273,15 @@ class Ctl:
             ts = tso.get_ts()
         finally:
             tso.close()
+        if self.opts.commit_ts is not None:
+            check_not_ahead(
+                "--commit-ts",
+                self.opts.commit_ts,
+                Present(ts, "the current TSO"),
+                "give the last commit_ts applied downstream, or leave --commit-ts out to write the current TSO; "
+                "nothing was written",
+            )
+            ts = self.opts.commit_ts
         path = write_savepoint(self.opts.data_dir, savepoint_text(ts, self.opts.time_zone, self.opts.time_zone_name))
         self.out.write(f"commitTS = {ts} written to {path}\n")
 

@@ -49,7 +49,7 @@ COMMAND_ALIASES: Final = {"generate-meta": "generate_meta"}
 
 VALUE_FLAGS: Final = frozenset(
     {"cmd", "node-id", "state", "data-dir", "pd-urls", "ssl-ca", "ssl-cert", "ssl-key", "time-zone", "text"}
-    | {"status-addr", "timeout"}  # ours
+    | {"status-addr", "timeout", "commit-ts"}  # ours
 )
 BOOL_FLAGS: Final = frozenset({"show-offline-nodes", "json"})
 STATES: Final = tuple(s.value for s in NodeState)
@@ -70,6 +70,8 @@ class Options:
     time_zone_name: str = ""
     status_addr: str = ""
     timeout: float = DEFAULT_TIMEOUT
+    commit_ts: int | None = None
+    """generate_meta: write this position instead of a fresh TSO (ours); None: the fresh TSO."""
     tls: TLS | None = None
     """--ssl-ca / --ssl-cert / --ssl-key read and checked: TLS to etcd, pd-server and the nodes' HTTP APIs."""
 
@@ -145,6 +147,12 @@ def build_parser() -> ArgumentParser:
         metavar="DIR",
         help=f"generate_meta writes DIR/savepoint (default {DEFAULT_DATA_DIR})",
     )
+    p.add_argument(
+        "--commit-ts",
+        default="",
+        metavar="TS",
+        help="generate_meta: write this commit_ts instead of the current TSO; refused when ahead of it (ours)",
+    )
     p.add_argument("--show-offline-nodes", action="store_true", help="list offline nodes too")
     p.add_argument("--json", action="store_true", help="pumps / drainers: the etcd values as a JSON array")
     p.add_argument("--text", default="", help="the text to encrypt")
@@ -187,6 +195,7 @@ def parse(argv: Sequence[str]) -> Options | None:
         time_zone_name=args.time_zone,
         status_addr=_status_addr(args.status_addr),
         timeout=_timeout(args.timeout),
+        commit_ts=_commit_ts(args.commit_ts),
         tls=tls,
     )
     _check_needs(opts)
@@ -238,6 +247,18 @@ def _timeout(text: str) -> float:
     return value
 
 
+def _commit_ts(text: str) -> int | None:
+    if not text:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 < value < 1 << 63:
+        raise ConfigError(f"--commit-ts {text!r}: expected a TSO, an integer from 1 to 9223372036854775807")
+    return value
+
+
 def _check_needs(opts: Options) -> None:
     """The flags each command cannot do without (the original's checks, one line each)."""
     c = opts.command
@@ -248,5 +269,7 @@ def _check_needs(opts: Options) -> None:
             raise ConfigError(f"--node-id {opts.node_id!r}: a node id contains no '/'")
     if c in UPDATE_COMMANDS and opts.state is None:
         raise ConfigError(f"{c} needs --state ({', '.join(STATES)})")
+    if opts.commit_ts is not None and c != "generate_meta":
+        raise ConfigError(f"--commit-ts is for generate_meta, not {c}")
     if c == "encrypt" and not opts.text:
         raise ConfigError("encrypt needs --text (the text to encrypt)")

@@ -11,9 +11,15 @@ the files or the first binlog past `stop`. It keeps no checkpoint and does not f
 Progress goes to stderr at most every PROGRESS_INTERVAL seconds, and a summary line at the end:
 binlogs read, binlogs applied, rows by type, DDLs, skipped by the filters / outside the window /
 duplicates, and corrupted spans skipped in the files. Exit status: 0 done, 2 bad config (one line
-naming the key), 1 anything else (missing or unreadable data-dir, no binlog files in it, a
-destination it cannot connect to, a binlog it cannot decode or apply); the checks that need no
-destination run before it is connected, so a bad start applies nothing.
+naming the key), 1 anything else (missing or unreadable data-dir, no binlog files in it, a start
+beyond the present, a destination it cannot connect to, a binlog it cannot decode or apply); the
+checks that need no destination run before it is connected, so a bad start applies nothing.
+
+A start beyond the present (`check_start`): reparo reads files offline and asks no pd-server, so
+the present is the local clock (common/tso_guard.py). A start-tso / start-datetime above it that is
+also above the newest binlog in data-dir would replay nothing, and is refused in one line naming
+the newest commit_ts there. One at or below that newest binlog is accepted (pd-server's clock may
+run ahead of this machine's).
 """
 
 from __future__ import annotations
@@ -31,11 +37,12 @@ from common.config import dump, run_command
 from common.errors import BinlogError
 from common.logsetup import setup_logging
 from common.pb import pb_binlog_pb2
+from common.tso_guard import Present, ahead_message, clock_present, ts_text
 from tools.reparo_config import ReparoConfig, parse_args
 from tools.reparo_dest import Dest, make_dest
-from tools.reparo_select import Selection, Window, first_file
+from tools.reparo_select import Selection, Window, first_file, newest_commit_ts
 
-__all__ = ["PROGRESS_INTERVAL", "Summary", "main", "replay"]
+__all__ = ["PROGRESS_INTERVAL", "Summary", "check_start", "main", "replay"]
 
 PROGRESS_INTERVAL: Final = 2.0
 """Seconds between progress lines (the first one after this long)."""
@@ -87,6 +94,28 @@ def check_data_dir(data_dir: str) -> None:
         raise ReparoError(f"data-dir {data_dir!r} is not a directory")
     if not list_binlog_files(data_dir):  # StorageError when it cannot be listed
         raise ReparoError(f"data-dir {data_dir!r} holds no pb binlog files (binlog-<16-digit index>-<datetime>)")
+
+
+def check_start(cfg: ReparoConfig, present: Present) -> None:
+    """ReparoError when the window starts beyond `present` and beyond the newest binlog in data-dir."""
+    start = cfg.start_ts
+    if start <= present.ts:
+        return
+    first, _, _ = first_file(cfg.data_dir, start)
+    newest = newest_commit_ts(cfg.data_dir, first)
+    if start <= newest:
+        return
+    key = f"start-datetime {cfg.start_datetime!r} = start-tso" if cfg.start_datetime else "start-tso"
+    where = f"commit_ts {ts_text(newest)}" if newest else "none"
+    raise ReparoError(
+        ahead_message(
+            key,
+            start,
+            present,
+            f"nothing would be replayed (the newest binlog in data-dir {cfg.data_dir!r}: {where}); set start-tso or "
+            "start-datetime at or before the first binlog to replay, or leave both out to replay from the beginning",
+        )
+    )
 
 
 def replay(
@@ -168,6 +197,7 @@ def main(argv: list[str] | None = None, *, out: TextIO | None = None, err: TextI
     dest = None
     try:
         check_data_dir(cfg.data_dir)
+        check_start(cfg, clock_present())
         dest = make_dest(cfg, stdout)
         dest.start()
         summary = replay(cfg, dest, progress=lambda line: _say(stderr, line))

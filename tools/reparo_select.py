@@ -25,15 +25,15 @@ from typing import Final
 
 from google.protobuf.message import DecodeError
 
-from common.binlogfile import Record, list_binlog_files
-from common.binlogfile.reader import scan_file
+from common.binlogfile import Record, iter_records, list_binlog_files
+from common.binlogfile.reader import ReadStats, scan_file
 from common.errors import StorageError
 from common.pb import pb_binlog_pb2
 from drainer.config_syncer import TableName
 from drainer.filters import Filter
 from tools.reparo_ddl import ParsedDDL, parse_ddl
 
-__all__ = ["Selected", "Selection", "Window", "first_commit_ts", "first_file"]
+__all__ = ["Selected", "Selection", "Window", "first_commit_ts", "first_file", "newest_commit_ts"]
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +90,20 @@ def first_file(directory: str, start: int) -> tuple[int, int, int]:
                 break
             chosen = i
     return files[chosen].index, chosen, len(files)
+
+
+def newest_commit_ts(directory: str, from_index: int) -> int:
+    """The highest commit_ts in the files from `from_index` on (0: none); records that do not decode are
+    passed over. Raises StorageError when the files cannot be read."""
+    newest = 0
+    for _, payload in iter_records(directory, (from_index, 0), stats=ReadStats()):
+        binlog = pb_binlog_pb2.Binlog()
+        try:
+            binlog.ParseFromString(payload)
+        except DecodeError:
+            continue
+        newest = max(newest, int(binlog.commit_ts))
+    return newest
 
 
 @dataclass(slots=True)

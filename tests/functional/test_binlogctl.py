@@ -18,10 +18,11 @@ from typing import Any
 import pytest
 
 from common.etcd import EtcdClient, KeyValue
+from common.pd_client import TSOClient
 from common.registry import NodeKind, NodeState, NodeStatus, Registry
 from drainer.checkpoint import FileCheckpoint
 from tests.functional.drainerutil import Cluster, SinglePumpClient
-from tools.localcluster import DrainerProcess, EtcdProcess, NodeProcess
+from tools.localcluster import DrainerProcess, EtcdProcess, NodeProcess, PDProcess
 from tools.procs import free_port, wait_for
 from upstream.database import Database
 from upstream.ddl import Column
@@ -304,6 +305,44 @@ def test_generate_meta_savepoint_starts_a_file_checkpoint_drainer(cluster: Clust
     cluster.wait_applied(drainer, cluster.now())
     assert downstream_ids(cluster, name) == list(range(5, 10))
     assert cluster.checkpoint_row() is None  # the file checkpoint, not the MySQL table, was used
+
+
+def test_generate_meta_commit_ts_is_checked_against_the_current_tso(
+    etcd_server: EtcdProcess, etcd: EtcdClient, pd_server: PDProcess, tmp_path: Path
+) -> None:
+    data_dir = tmp_path / "meta"
+    data_dir.mkdir()
+    savepoint = data_dir / "savepoint"
+    savepoint.write_text("commitTS = 5\n")  # a drainer's position: a refused command leaves it alone
+    base = ["generate_meta", "--pd-urls", etcd_server.url, "--data-dir", str(data_dir)]
+    tso_client = TSOClient(etcd)
+    try:
+        beyond = 9223372036854775807
+        err = failed(1, *base, "--commit-ts", str(beyond))
+        before = tso_client.get_ts()
+        assert err.startswith(
+            f"binlogctl: --commit-ts {beyond} (3084-12-12 12:41:28 UTC) is ahead of the current TSO "
+        ), err
+        assert err.endswith(
+            ": give the last commit_ts applied downstream, or leave --commit-ts out to write the current TSO; "
+            "nothing was written"
+        ), err
+        current = int(err.split("is ahead of the current TSO ")[1].split()[0])
+        assert current < before
+        assert savepoint.read_text() == "commitTS = 5\n"
+
+        fresh = tso_client.get_ts()  # taken before generate_meta's own TSO: never ahead of it
+        out = ok(*base, "--commit-ts", str(fresh))
+    finally:
+        tso_client.close()
+    assert out == f"commitTS = {fresh} written to {savepoint}\n"
+    cp = FileCheckpoint(data_dir)
+    try:
+        state = cp.load()
+    finally:
+        cp.close()
+    assert state is not None
+    assert state.commit_ts == fresh
 
 
 # ----------------------------------------------------------------------------------------------- bad input

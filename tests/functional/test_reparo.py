@@ -297,3 +297,30 @@ def test_unreachable_destination_is_one_line(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert proc.stderr.count("\n") == 1, proc.stderr
     assert proc.stderr.startswith("reparo: error: cannot connect to [dest-db] root@127.0.0.1:")
+
+
+def test_start_beyond_the_present_is_one_line_and_applies_nothing(mysql_server: MySQLDSN, tmp_path: Path) -> None:
+    """Before: exit 0 and a summary of "0 applied ... 2 outside the window". Now: exit 1, one line, nothing applied."""
+    db = unique_name("rahead")
+    _files(tmp_path / "pb", db)
+    beyond = 9223372036854775807
+    proc = reparo(tmp_path, tmp_path / "pb", mysql_server, f"start-tso = {beyond}")
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith(
+        f"reparo: error: start-tso {beyond} (3084-12-12 12:41:28 UTC) is ahead of the local clock "
+    ), proc.stderr
+    assert "nothing would be replayed (the newest binlog in data-dir" in proc.stderr
+    assert "commit_ts 101 (1970-01-01 00:00:00 UTC)" in proc.stderr
+    conn = mysql_server.connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SHOW DATABASES LIKE %s", (db,))
+            assert cur.fetchall() == ()
+    finally:
+        conn.close()
+
+    # at the newest binlog: it runs and replays that one (print, so no state is involved)
+    proc = reparo(tmp_path, tmp_path / "pb", None, 'start-tso = 101\ndest-type = "print"', name="print.toml")
+    assert applied(proc) == 1
+    assert "id(int): 2" in proc.stdout

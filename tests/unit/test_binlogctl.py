@@ -103,6 +103,13 @@ def test_every_command_parses_in_both_styles(command: str) -> None:
     assert opts(["-cmd", command, command, *extra]).command == command  # both, the same: fine
 
 
+def test_generate_meta_commit_ts_in_both_styles() -> None:
+    assert opts(["generate_meta"]).commit_ts is None
+    assert opts(["generate_meta", "--commit-ts", "417455000000000000"]).commit_ts == 417455000000000000
+    assert opts(["-cmd", "generate_meta", "-commit-ts", "9223372036854775807"]).commit_ts == 9223372036854775807
+    assert opts(["-cmd=generate_meta", "-commit-ts=7"]).commit_ts == 7
+
+
 def test_generate_meta_alias_and_version_flag() -> None:
     assert opts(["generate-meta"]).command == "generate_meta"
     assert opts(["-cmd", "generate-meta", "generate_meta"]).command == "generate_meta"
@@ -134,6 +141,10 @@ def test_generate_meta_alias_and_version_flag() -> None:
         (["pumps", "--timeout", "soon"], "--timeout 'soon'"),
         (["pumps", "-foo"], "unrecognized arguments: -foo"),
         (["pumps", "--pd-url", "x"], "unrecognized arguments: --pd-url"),  # no abbreviations
+        (["generate_meta", "--commit-ts", "soon"], r"--commit-ts 'soon': expected a TSO, an integer from 1 to"),
+        (["generate_meta", "--commit-ts", "0"], "--commit-ts '0': expected a TSO"),
+        (["generate_meta", "--commit-ts", str(1 << 63)], f"--commit-ts '{1 << 63}': expected a TSO"),
+        (["pumps", "--commit-ts", "5"], "--commit-ts is for generate_meta, not pumps"),
     ],
 )
 def test_bad_command_lines_are_one_line_errors(argv: list[str], message: str) -> None:
