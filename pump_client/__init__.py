@@ -11,7 +11,14 @@ client.close()
 from __future__ import annotations
 
 from pump_client.client import PumpsClient
-from pump_client.errors import BinlogTooLargeError, ClientClosedError, NoPumpError, PumpClientError, PumpFullError
+from pump_client.errors import (
+    BinlogTooLargeError,
+    ClientClosedError,
+    InvalidBinlogError,
+    NoPumpError,
+    PumpClientError,
+    PumpFullError,
+)
 from pump_client.membership import PumpInfo
 from pump_client.metrics import ClientMetrics
 from pump_client.payload import EncodedBinlog
@@ -26,6 +33,7 @@ __all__ = [
     "ClientClosedError",
     "ClientMetrics",
     "EncodedBinlog",
+    "InvalidBinlogError",
     "NoPumpError",
     "PumpClientError",
     "PumpFullError",

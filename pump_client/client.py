@@ -42,7 +42,14 @@ from common.registry import NodeChange, NodeKind, Registry
 from common.tls import TLS, TLSFiles
 from pump_client.commit import CommitJob
 from pump_client.dispatch import DEFAULT_MAX_PENDING, DEFAULT_WORKERS, Dispatcher
-from pump_client.errors import BinlogTooLargeError, ClientClosedError, NoPumpError, PumpClientError, PumpFullError
+from pump_client.errors import (
+    BinlogTooLargeError,
+    ClientClosedError,
+    InvalidBinlogError,
+    NoPumpError,
+    PumpClientError,
+    PumpFullError,
+)
 from pump_client.membership import DEFAULT_MAX_ERR_NUMS, Membership, PumpInfo
 from pump_client.metrics import COMMIT, PREWRITE, ClientMetrics
 from pump_client.payload import MAX_HEADER_SIZE, EncodedBinlog, encode_write_req, request_size
@@ -265,9 +272,13 @@ class PumpsClient:
                     self._tsmap.set(start_ts, pump.node_id)
                     return
                 last = f"node_id={pump.node_id}: {err.describe()}"
-                if on_error(err.code) is Action.FAIL:
+                action = on_error(err.code)
+                if action is Action.FAIL:
                     self.metrics.give_up(PREWRITE)
                     raise PumpFullError(f"write binlog start_ts={start_ts} refused by pump {last} (not retried)")
+                if action is Action.INVALID:
+                    self.metrics.give_up(PREWRITE)
+                    raise InvalidBinlogError(f"prewrite binlog start_ts={start_ts} is invalid: pump {last}")
                 log.warning(
                     "write prewrite start_ts=%d to node_id=%s failed (try %d): %s",
                     start_ts,

@@ -22,7 +22,7 @@ from typing import Protocol
 
 from common.registry import NodeState
 from pump_client.membership import PumpInfo
-from pump_client.retry import RetryPolicy
+from pump_client.retry import Action, RetryPolicy, on_error
 from pump_client.transport import AttemptError, Request
 
 log = logging.getLogger(__name__)
@@ -106,6 +106,17 @@ class CommitJob:
                     self._attempts,
                 )
             self._finish(delivered=True)
+            return None
+        if on_error(err.code) is Action.INVALID:
+            log.error(
+                "commit binlog start_ts=%d commit_ts=%d refused by node_id=%s as invalid (%s); not retried: "
+                "the pump's resolver decides the transaction",
+                self.start_ts,
+                self.commit_ts,
+                self.node_id,
+                err.describe(),
+            )
+            self._finish(delivered=False)
             return None
         if policy.commit_gives_up(self._elapsed()):
             log.warning(

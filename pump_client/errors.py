@@ -6,6 +6,8 @@
       NoPumpError            no pump is registered in etcd (construction)
       PumpFullError          a pump answered RESOURCE_EXHAUSTED (disk below stop-write-at-available-space,
                              message too large, too many calls): never retried, raised at once
+      InvalidBinlogError     a pump answered INVALID_ARGUMENT (the binlog breaks a rule every pump checks,
+                             e.g. commit_ts <= start_ts): never retried, raised at once
       ClientClosedError      the client is closed
       BinlogTooLargeError    a prewrite larger than max_message_size: refused before sending
 
@@ -31,6 +33,12 @@ class NoPumpError(PumpClientError):
 
 class PumpFullError(PumpClientError, ResourceExhaustedError):
     """A pump refused the binlog with RESOURCE_EXHAUSTED; the client does not retry it."""
+
+    retriable = False
+
+
+class InvalidBinlogError(PumpClientError):
+    """A pump refused the binlog with INVALID_ARGUMENT: a bug in the writer, so not retried anywhere."""
 
     retriable = False
 

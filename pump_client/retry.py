@@ -3,6 +3,8 @@
 Prewrite (tp = Prewrite):
     loop: select a pump (re-selected on every retry) and send; on an error
       RESOURCE_EXHAUSTED       -> raise at once (not retried)
+      INVALID_ARGUMENT         -> raise at once: the pump says the binlog itself is invalid, so every
+                                  pump would refuse it (not retried)
       UNAVAILABLE              -> recreate that pump's channel, then as any other error
       any other error          -> count it against the pump, sleep `retry_interval`, retry
     the loop stops when elapsed > write_timeout AND retries > number of available pumps;
@@ -14,7 +16,8 @@ Prewrite (tp = Prewrite):
 Commit / rollback:
     only the pump that took the prewrite, every 10 x retry_interval (1 s), until elapsed >
     commit_timeout (600 s); never an error for the caller.  Every error is retried here, RESOURCE_EXHAUSTED
-    included (the pump may free space meanwhile, and giving up early only leaves more to its resolver).
+    included (the pump may free space meanwhile, and giving up early only leaves more to its resolver),
+    except INVALID_ARGUMENT: an invalid commit is dropped at once with an ERROR line (`refused`).
     While that pump is suspect and online no call is made (pump_client/commit.py).
 Per-attempt deadline (`attempt_deadline`): `attempt_timeout` (1 s), doubled on each further attempt of
 the same binlog, plus 1 s per ATTEMPT_BYTES_PER_SECOND of request (a 1 GiB prewrite is not cut off
@@ -52,12 +55,15 @@ class Action(Enum):
     RETRY = "retry"
     RECONNECT = "reconnect"  # recreate the pump's channel, then retry
     FAIL = "fail"  # do not retry
+    INVALID = "invalid"  # the binlog itself is invalid: no pump takes it, never retried
 
 
 def on_error(code: grpc.StatusCode | None) -> Action:
     """What to do after a failed call with this status code (None: not a gRPC status)."""
     if code is grpc.StatusCode.RESOURCE_EXHAUSTED:
         return Action.FAIL
+    if code is grpc.StatusCode.INVALID_ARGUMENT:
+        return Action.INVALID
     if code is grpc.StatusCode.UNAVAILABLE:
         return Action.RECONNECT
     return Action.RETRY

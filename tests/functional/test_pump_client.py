@@ -27,7 +27,15 @@ from common.pb import binlog_pb2, gogo, pump_pb2, pump_pb2_grpc
 from common.pd_client import CLUSTER_ID_KEY, TSOClient, read_cluster_id
 from common.registry import NodeKind, NodeState, NodeStatus, Registry
 from common.txnstatus import TxnStatusStore
-from pump_client import BinlogTooLargeError, EncodedBinlog, NoPumpError, PumpClientError, PumpFullError, PumpsClient
+from pump_client import (
+    BinlogTooLargeError,
+    EncodedBinlog,
+    InvalidBinlogError,
+    NoPumpError,
+    PumpClientError,
+    PumpFullError,
+    PumpsClient,
+)
 from pump_client.metrics import COMMIT, PREWRITE
 from pump_client.payload import MAX_HEADER_SIZE
 from tests.functional.pumputil import PumpClient as RawPump
@@ -441,6 +449,25 @@ def test_resource_exhausted_is_not_retried(
         assert not exc_info.value.retriable
         assert client.metrics.failures(full.node_id) == 1
         assert client.metrics.retries(full.node_id) == 0
+
+
+def test_a_binlog_the_pump_calls_invalid_is_not_retried(
+    tmp_path: Path, etcd_server: EtcdProcess, cluster_id: int, tso_client: TSOClient, request: pytest.FixtureRequest
+) -> None:
+    (pump,) = start_pumps(tmp_path, etcd_server, request, 1)
+    with PumpsClient(etcd_server.url) as client:
+        started = time.monotonic()
+        empty = binlog_pb2.Binlog(tp=binlog_pb2.Prewrite, start_ts=tso_client.get_ts(), prewrite_key=b"k")
+        with pytest.raises(InvalidBinlogError, match="INVALID_ARGUMENT") as exc_info:
+            client.write_binlog(empty)  # a prewrite without data: every pump refuses it
+        assert not exc_info.value.retriable
+        assert client.metrics.retries(pump.node_id) == 0
+        ts = tso_client.get_ts()
+        client.write_binlog(prewrite(ts))
+        # commit_ts == start_ts: refused by the pump, dropped by the client at once (not for commit_timeout)
+        client.write_binlog_async(commit(ts, ts)).result(timeout=10)
+        assert time.monotonic() - started < 10
+        assert client.metrics.failures(pump.node_id) == 2  # one call each
 
 
 def test_encoded_prewrite_is_sent_as_is_and_an_oversized_one_never(

@@ -135,3 +135,12 @@ def test_a_commit_still_gives_up_after_commit_timeout_while_its_pump_is_suspect(
     assert delays[-1] is None
     assert len(h.calls) == 1  # one last try once the time is up, then given up
     assert h.finished == [(7, False)]
+
+
+def test_a_commit_the_pump_calls_invalid_is_dropped_at_once_not_retried_for_commit_timeout() -> None:
+    h = Harness(failures=10**9)
+    h.error = grpc.StatusCode.INVALID_ARGUMENT
+    delays = run(h, h.job(RetryPolicy()))
+    assert delays == [None]
+    assert len(h.calls) == 1
+    assert h.finished == [(7, False)]

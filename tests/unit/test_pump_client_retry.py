@@ -21,6 +21,7 @@ from pump_client.retry import (
     ("code", "action"),
     [
         (grpc.StatusCode.RESOURCE_EXHAUSTED, Action.FAIL),
+        (grpc.StatusCode.INVALID_ARGUMENT, Action.INVALID),
         (grpc.StatusCode.UNAVAILABLE, Action.RECONNECT),
         (grpc.StatusCode.DEADLINE_EXCEEDED, Action.RETRY),
         (grpc.StatusCode.INTERNAL, Action.RETRY),
