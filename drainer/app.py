@@ -41,6 +41,7 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING, Final
 
 from common.daemon import need, shutdown_step
+from common.dirs import ensure_dir
 from common.errors import BinlogError
 from common.etcd import EtcdClient
 from common.httpserver import HTTPActionError
@@ -170,7 +171,7 @@ class DrainerApp:
                 raise
             self._recover_offline(exc)
             return
-        cfg.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        ensure_dir("data-dir", cfg.data_dir, mode=0o700)
         self.node_id = cfg.node_id or f"{socket.gethostname()}:{cfg.listen_port}"
         log.info("drainer node_id=%s cluster_id=%d data_dir=%s", self.node_id, self.cluster_id, cfg.data_dir)
 
