@@ -112,6 +112,15 @@ def default_sink_factory(cfg: DrainerConfig) -> Sink:
     raise BinlogError(f"db-type {db_type!r} is not supported")
 
 
+def ensure_sink_dir(cfg: DrainerConfig) -> None:
+    """The directory `[syncer.to] dir` (file sink) or `path` (sqlite file) names, or an error naming the key."""
+    db_type = cfg.syncer.db_type
+    if db_type in ("file", "pb") and cfg.syncer.to.dir:
+        ensure_dir("syncer.to.dir", cfg.file_dir)
+    elif db_type == "sqlite" and cfg.syncer.to.path:
+        ensure_dir("syncer.to.path", cfg.sqlite_path.parent, what="directory of the sqlite file")
+
+
 class DrainerApp:
     """One drainer process's components and lifecycle; also the HTTP API's backend."""
 
@@ -172,6 +181,7 @@ class DrainerApp:
             self._recover_offline(exc)
             return
         ensure_dir("data-dir", cfg.data_dir, mode=0o700)
+        ensure_sink_dir(cfg)
         self.node_id = cfg.node_id or f"{socket.gethostname()}:{cfg.listen_port}"
         log.info("drainer node_id=%s cluster_id=%d data_dir=%s", self.node_id, self.cluster_id, cfg.data_dir)
 

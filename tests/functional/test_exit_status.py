@@ -73,30 +73,43 @@ def test_unreachable_etcd_exits_1_with_one_line_naming_etcd(tmp_path: Path) -> N
         assert f"etcd at 127.0.0.1:{port} unreachable" in lines[0], (name, err)
 
 
-def test_a_data_dir_that_cannot_be_a_directory_exits_2_naming_data_dir(
+def test_a_directory_option_that_cannot_be_a_directory_exits_2_naming_it(
     tmp_path: Path, etcd_server: EtcdProcess, pd_server: PDProcess
 ) -> None:
     """Was: exit 1 and "pump: [Errno 2] No such file or directory: '/proc/nope'" naming no option."""
     afile = tmp_path / "afile"
     afile.write_text("keep me")
-    cases = {
-        ("pump", "/proc/nope/x"): "data-dir: directory '/proc/nope/x' cannot be created: No such file or directory",
-        ("drainer", "/proc/nope/x"): "data-dir: directory '/proc/nope/x' cannot be created: No such file or directory",
-        ("pump", str(afile / "x")): f"data-dir: directory '{afile / 'x'}' cannot be created: Not a directory",
-        ("drainer", str(afile)): f"data-dir: directory '{afile}' cannot be created: it exists and is not a directory",
-    }
+    nope = "cannot be created: No such file or directory (at '/proc/nope')"
+    cases = [  # (command, flag, value, extra flags, the one line after "<command>: config error: ")
+        ("pump", "--data-dir", "/proc/nope/x", [], f"data-dir: directory '/proc/nope/x' {nope}"),
+        ("drainer", "--data-dir", "/proc/nope/x", [], f"data-dir: directory '/proc/nope/x' {nope}"),
+        ("pump", "--data-dir", f"{afile}/x", [], f"data-dir: directory '{afile}/x' cannot be created: Not a directory"),
+        (
+            "drainer", "--data-dir", str(afile), [],
+            f"data-dir: directory '{afile}' cannot be created: it exists and is not a directory",
+        ),
+        (
+            "drainer", "--syncer.to.dir", "/proc/nope/x", ["--syncer.db-type", "file"],
+            f"syncer.to.dir: directory '/proc/nope/x' {nope}",
+        ),
+        (
+            "drainer", "--syncer.to.path", f"{afile}/x/down.db", [],
+            f"syncer.to.path: directory of the sqlite file '{afile}/x' cannot be created: Not a directory",
+        ),
+    ]  # fmt: skip
     argvs = {}
-    for i, (name, data_dir) in enumerate(cases):
+    for i, (name, flag, value, extra, _) in enumerate(cases):
         argv = commands(etcd_server.url, tmp_path / str(i))[name]
-        argv[argv.index("--data-dir") + 1] = data_dir
-        argvs[f"{name} {data_dir}"] = argv
+        if flag in argv:
+            argv[argv.index(flag) + 1] = value
+        else:
+            argv += [flag, value]
+        argvs[str(i)] = [*argv, *extra]  # the last --syncer.db-type wins
     results = run_all(argvs)
-    for (name, data_dir), message in cases.items():
-        code, err = results[f"{name} {data_dir}"]
-        lines = err.strip().splitlines()
+    for i, (name, _, _, _, message) in enumerate(cases):
+        code, err = results[str(i)]
+        assert err.strip() == f"{name}: config error: {message}", err  # one line
         assert code == 2, err
-        assert len(lines) == 1, err
-        assert lines[0].startswith(f"{name}: config error: {message}"), err
     assert afile.read_text() == "keep me"
 
 
