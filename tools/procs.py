@@ -135,9 +135,9 @@ class ManagedProcess:
             raise ProcessError(f"{self.name} is already running (pid {self.pid})")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as logf:
-            self._log_start = logf.tell()
             logf.write(f"--- start {self.name}: {' '.join(self.argv)}\n".encode())
             logf.flush()
+            self._log_start = logf.tell()
             argv, preexec = self.argv, None
             if self.die_with_parent:
                 if _SETPRIV:  # exec-time death signal: no Python code between fork and exec
@@ -203,7 +203,7 @@ class ManagedProcess:
                 os.killpg(self.proc.pid, signal.SIGKILL)
 
     def log_since_start(self) -> str:
-        """What the process logged since its last `start()` (the log file is appended to across starts)."""
+        """What the process wrote since its last `start()` (the log file is appended to across starts)."""
         try:
             with open(self.log_path, "rb") as f:
                 f.seek(self._log_start)
