@@ -127,7 +127,7 @@ class EtcdProcess:
         ports = free_ports(2)
         self.client_port = client_port or ports[0]
         self.peer_port = peer_port or ports[1]
-        self._ports_fixed = client_port is not None or peer_port is not None
+        self._ports_fixed = bool(client_port or peer_port)
         self.tls = None if tls is None else tls.client()
         self._scheme = "http" if tls is None else "https"
         peer = f"http://127.0.0.1:{self.peer_port}"
@@ -198,7 +198,7 @@ class PDProcess:
         self, base_dir: Path, etcd_url: str, *, port: int | None = None, tls: TLSSettings | None = None
     ) -> None:
         self.port = port or free_port()
-        self._port_fixed = port is not None
+        self._port_fixed = bool(port)
         self.etcd_url = etcd_url
         self.tls = None if tls is None else tls.client()
         flags = [] if tls is None else tls.node_flags()
@@ -278,7 +278,7 @@ class NodeProcess:
         ports = free_ports(2)
         self.grpc_port = grpc_port or ports[0]
         self.status_port = status_port or ports[1]
-        self._ports_fixed = grpc_port is not None or status_port is not None
+        self._ports_fixed = bool(grpc_port or status_port)
         self.data_dir = base_dir / name
         self.etcd_url = etcd_url
         self.extra_args = list(extra_args)
