@@ -42,14 +42,17 @@ def _int_arg(text: str) -> int:
 
 
 def check_listen_addr(key: str, host: str, port: int) -> None:
-    """Raise ConfigError naming `key` if `host:port` cannot be bound right now (port 0 is always fine).
+    """Raise naming `key` if `host:port` cannot be bound right now (port 0 is always fine): ListenError when
+    the port is taken or needs privileges (exit status 1), ConfigError for an address that is not this
+    machine's or not an address (exit status 2).
 
     gRPC's own bind failure prints a C-core log line and a vague message; this
     check gives the operator one clear line instead.
     """
+    import errno
     import socket
 
-    from common.errors import ConfigError
+    from common.errors import ConfigError, ListenError
 
     if port == 0:
         return
@@ -59,4 +62,7 @@ def check_listen_addr(key: str, host: str, port: int) -> None:
         try:
             s.bind((host.strip("[]"), port))
         except OSError as exc:
-            raise ConfigError(f"{key}: cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+            message = f"{key}: cannot listen on {host}:{port}: {exc.strerror or exc}"
+            if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+                raise ListenError(message) from exc
+            raise ConfigError(message) from exc

@@ -2,7 +2,8 @@
 
 `run_daemon` is the whole body of a daemon's `main` after its config is parsed: log set-up,
 warnings for ignored keys, SIGTERM / SIGINT -> `app.request_pause()`, `start()` (a failure is
-one line on stderr and exit status 1), then `run()` whose result is the exit status.
+one line on stderr and exit status 1, or 2 for a ConfigError: the decorator `run_command` of the main
+prints it), then `run()` whose result is the exit status.
 
 systemd (Type=notify, common/sdnotify.py): READY=1 goes out once `start()` has returned, and
 `start()` returns only after the gRPC and HTTP servers listen and the node is registered, so a
@@ -95,6 +96,9 @@ def run_daemon(
         signal.signal(signal.SIGINT, on_signal)
         try:
             app.start()
+        except ConfigError as exc:  # found only at start (a data-dir that cannot be a directory): exit 2
+            log.error("%s cannot start: %s", prog, exc)
+            raise
         except (BinlogError, OSError) as exc:
             log.error("%s failed to start: %s", prog, exc)
             return fail(prog, str(exc), status=1)

@@ -30,6 +30,11 @@ class CorruptRecordError(CodecError):
     """A framed record whose magic or checksum does not match."""
 
 
+class ListenError(BinlogError):
+    """An address to listen on is taken (or its port needs privileges): the environment's fault at run
+    time, exit status 1, where an address that cannot be this machine's is a ConfigError."""
+
+
 class StorageError(BinlogError):
     """A failure of local storage (disk full, I/O error, locked directory)."""
 

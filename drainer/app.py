@@ -42,6 +42,7 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING, Final
 
 from common.daemon import need, shutdown_step
+from common.dirs import ensure_dir
 from common.errors import BinlogError
 from common.etcd import EtcdClient
 from common.httpserver import HTTPActionError
@@ -113,6 +114,15 @@ def default_sink_factory(cfg: DrainerConfig) -> Sink:
     raise BinlogError(f"db-type {db_type!r} is not supported")
 
 
+def ensure_sink_dir(cfg: DrainerConfig) -> None:
+    """The directory `[syncer.to] dir` (file sink) or `path` (sqlite file) names, or an error naming the key."""
+    db_type = cfg.syncer.db_type
+    if db_type in ("file", "pb") and cfg.syncer.to.dir:
+        ensure_dir("syncer.to.dir", cfg.file_dir)
+    elif db_type == "sqlite" and cfg.syncer.to.path:
+        ensure_dir("syncer.to.path", cfg.sqlite_path.parent, what="directory of the sqlite file")
+
+
 class DrainerApp:
     """One drainer process's components and lifecycle; also the HTTP API's backend."""
 
@@ -172,7 +182,8 @@ class DrainerApp:
                 raise
             self._recover_offline(exc)
             return
-        cfg.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        ensure_dir("data-dir", cfg.data_dir, mode=0o700)
+        ensure_sink_dir(cfg)
         self.node_id = cfg.node_id or f"{socket.gethostname()}:{cfg.listen_port}"
         log.info("drainer node_id=%s cluster_id=%d data_dir=%s", self.node_id, self.cluster_id, cfg.data_dir)
 

@@ -41,7 +41,8 @@ from typing import Final
 from google.protobuf.message import DecodeError
 
 from common.binlogfile import BinlogFileWriter, Position, ReadStats, iter_records, list_binlog_files
-from common.errors import BinlogError, CodecError, StorageError
+from common.dirs import dir_error
+from common.errors import BinlogError, CodecError, ConfigError, StorageError
 from common.pb import secondary_binlog_pb2 as spb
 from drainer.events import Txn, dml_memory
 from drainer.relay_codec import ShapeCache, closing_marker, decode_record, encode_txn, marker_kind, opening_marker
@@ -65,6 +66,9 @@ MAX_VERSIONS: Final = 1000
 DEFAULT_MAX_PENDING_BYTES: Final = 8 << 20
 """Bytes of decoded rows appended to the relay log but not yet handed to the inner sink."""
 PROGRESS_EVERY: Final = 2.0
+
+
+RELAY_DIR_OPTION: Final = "syncer.relay.log-dir"
 
 
 class RelayError(BinlogError):
@@ -519,11 +523,13 @@ def recover(
 
 
 def relay_dir_ok(directory: str | os.PathLike[str]) -> None:
-    """Raise RelayError unless `directory` can hold a relay log (created when missing)."""
+    """Raise unless `directory` can hold a relay log (created when missing): ConfigError naming the option
+    for a path that cannot be a directory, RelayError for anything else (permissions, disk)."""
     p = Path(directory)
     try:
         p.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError as exc:
-        raise RelayError(f"relay log directory {os.fspath(p)!r} cannot be created: {exc}") from exc
+        err = dir_error(RELAY_DIR_OPTION, p, exc, what="relay log directory")
+        raise (err if isinstance(err, ConfigError) else RelayError(str(err))) from None
     if not os.access(p, os.R_OK | os.W_OK | os.X_OK):
         raise RelayError(f"relay log directory {os.fspath(p)!r} is not readable and writable by this user")

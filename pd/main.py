@@ -3,8 +3,8 @@
     pd-server --pd-urls http://127.0.0.1:2379 --addr 127.0.0.1:2390
 
 Config: defaults < `--config pd.toml` < PD_* environment < flags.  A bad
-value (an unusable `[security]` file too) or an unreachable etcd exits with status 2 and one line on
-stderr.
+value (an unusable `[security]` file too) exits with status 2 and one line on stderr; an unreachable
+etcd, or an `addr` another program listens on, with status 1 and one line.
 SIGTERM / SIGINT stop the server and give up the leader key.
 
 Under systemd (Type=notify): READY=1 once the gRPC port serves and this server holds /pd/leader,
@@ -22,7 +22,7 @@ from types import FrameType
 
 from common.cli import fail
 from common.config import ArgumentParser, add_flags, dump, load_args, run_command
-from common.errors import ConfigError, EtcdUnavailableError, UnavailableError
+from common.errors import ConfigError, ListenError, UnavailableError
 from common.etcd import EtcdClient
 from common.logsetup import setup_logging
 from common.sdnotify import Notifier
@@ -84,11 +84,11 @@ def _serve(cfg: PDConfig, systemd: Notifier) -> int:
     )
     try:
         server.start()
-    except (EtcdUnavailableError, ConfigError) as exc:
+    except ConfigError as exc:
         server.close()
         etcd.close()
         return fail("pd-server", str(exc))
-    except UnavailableError as exc:
+    except (UnavailableError, ListenError) as exc:  # etcd unreachable, addr taken: the environment, exit 1
         server.close()
         etcd.close()
         return fail("pd-server", str(exc), status=1)

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import grpc
 
 from common.cli import check_listen_addr
-from common.errors import BinlogError, ConfigError, EtcdUnavailableError, UnavailableError
+from common.errors import BinlogError, ConfigError, EtcdUnavailableError, ListenError, UnavailableError
 from common.etcd import EtcdClient
 from common.pb import pd_pb2, pd_pb2_grpc
 from common.pd_client import CLUSTER_ID_KEY, LEADER_KEY, TIMESTAMP_KEY, LeaderInfo
@@ -166,10 +166,10 @@ class PDServer:
                 self.port = self._grpc.add_insecure_port(self._addr)
             else:
                 self.port = self._grpc.add_secure_port(self._addr, tls.server_credentials())
-        except RuntimeError as exc:
-            raise ConfigError(f"addr: cannot listen on {self._addr}: {exc}") from exc
+        except RuntimeError as exc:  # the check above passed: another program took the port since
+            raise ListenError(f"addr: cannot listen on {self._addr}: {exc}") from exc
         if self.port == 0:
-            raise ConfigError(f"addr: cannot listen on {self._addr}")
+            raise ListenError(f"addr: cannot listen on {self._addr}")
         self.advertise = self._advertise_cfg or f"{host}:{self.port}"
         self._grpc.start()  # serves UNAVAILABLE until the campaign is won
         self._campaign(deadline=time.monotonic() + self._campaign_timeout)

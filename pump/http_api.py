@@ -8,7 +8,8 @@
                                  refused: {"message": why, "code": 3, "data": null} with HTTP 404 (other
                                  node id), 400 (unknown action) or 409 (the pump is not online)
     POST /debug/gc/trigger       text "trigger gc success" or "gc is working"
-    GET  /debug/binlog/{ts}      text dump of the binlog indexed at ts and its PrewriteValue
+    GET  /debug/binlog/{ts}      text dump of the binlog indexed at ts and its PrewriteValue; 404 when there
+                                 is none, 400 for a ts that is not an integer from 0 to 2^64-1
     GET  /metrics                Prometheus text
 
 Anything else is a JSON error with code 3 (404 unknown path, 405 wrong method).  A failing backend call
@@ -94,6 +95,20 @@ def dump_binlog(ts: int, binlog: binlog_pb2.Binlog, prewrite: binlog_pb2.Binlog 
     return "\n".join(lines) + "\n"
 
 
+MAX_TS = 2**64 - 1
+"""A ts is a uint64 (TSO: physical ms << 18 | logical)."""
+
+
+def parse_ts(raw: str) -> int:
+    """The ts of `/debug/binlog/{ts}`: ASCII digits up to MAX_TS, else ValueError with the message for a 400."""
+    if not (raw.isascii() and raw.isdigit()):  # str.isdigit alone takes '²' and other digits int() refuses
+        raise ValueError(f"bad ts {raw!r}: expected a non-negative integer")
+    ts = int(raw)
+    if ts > MAX_TS:
+        raise ValueError(f"bad ts {raw!r}: above the largest ts, {MAX_TS} (uint64)")
+    return ts
+
+
 class _Handler(JsonHandler):
     backend: PumpHTTPBackend
 
@@ -142,10 +157,11 @@ class _Handler(JsonHandler):
         self.json(HTTPStatus.OK, doc)
 
     def _binlog(self, backend: PumpHTTPBackend, raw_ts: str) -> None:
-        if not raw_ts.isdigit():
-            self.error(HTTPStatus.BAD_REQUEST, f"bad ts {raw_ts!r}: expected a non-negative integer")
+        try:
+            ts = parse_ts(raw_ts)
+        except ValueError as exc:
+            self.error(HTTPStatus.BAD_REQUEST, str(exc))
             return
-        ts = int(raw_ts)
         binlog = backend.get_binlog(ts)
         if binlog is None:
             self.text(HTTPStatus.NOT_FOUND, f"no binlog at ts {ts}\n")

@@ -34,6 +34,7 @@ from typing import Final, Protocol
 import grpc
 
 from common import tso as tsolib
+from common.dirs import ensure_dir
 from common.errors import BinlogError
 from common.httpserver import HTTPActionError
 from common.pb import cistern_pb2, cistern_pb2_grpc
@@ -77,7 +78,10 @@ class ActionError(HTTPActionError):
 
 
 def resolve_node_id(data_dir: Path, configured: str, listen_port: int) -> str:
-    """The node id from `<data_dir>/.node`, else `configured`, else `<hostname>:<port>`; saved to `.node`."""
+    """The node id from `<data_dir>/.node`, else `configured`, else `<hostname>:<port>`; saved to `.node`.
+
+    `data_dir` is created first: one that cannot be is an error naming `data-dir` (common/dirs.py)."""
+    ensure_dir("data-dir", data_dir)
     path = data_dir / NODE_ID_FILE
     try:
         saved = path.read_text(encoding="utf-8").strip()
@@ -90,7 +94,6 @@ def resolve_node_id(data_dir: Path, configured: str, listen_port: int) -> str:
             )
         return saved
     node_id = configured or f"{socket.gethostname()}:{listen_port}"
-    data_dir.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(node_id + "\n", encoding="utf-8")
     os.replace(tmp, path)

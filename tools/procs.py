@@ -12,6 +12,7 @@ import contextlib
 import ctypes
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -43,6 +44,22 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
 
 class ProcessError(RuntimeError):
     """A managed process failed to start, died, or did not become ready."""
+
+
+_PORT_CLASH = re.compile(r"address already in use|cannot listen on|failed to bind", re.IGNORECASE)
+"""What a process of ours logs when its port is taken: etcd says "bind: address already in use", pump,
+drainer and pd-server "cannot listen on <addr>: ..." (gRPC's own text is "Failed to bind")."""
+
+
+def port_clash(log_text: str) -> bool:
+    """Whether a process that exited with this log failed because a port it was to listen on was taken."""
+    return _PORT_CLASH.search(log_text) is not None
+
+
+def swap_port(argv: Sequence[str], host: str, old: int, new: int) -> list[str]:
+    """`argv` with every `host:old` (not followed by another digit) written `host:new`."""
+    pattern = re.compile(re.escape(f"{host}:{old}") + r"(?!\d)")
+    return [pattern.sub(f"{host}:{new}", a) for a in argv]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -103,6 +120,7 @@ class ManagedProcess:
         self.cwd = cwd
         self.die_with_parent = die_with_parent
         self.proc: subprocess.Popen[bytes] | None = None
+        self._log_start = 0
 
     @property
     def pid(self) -> int | None:
@@ -119,6 +137,7 @@ class ManagedProcess:
         with open(self.log_path, "ab") as logf:
             logf.write(f"--- start {self.name}: {' '.join(self.argv)}\n".encode())
             logf.flush()
+            self._log_start = logf.tell()
             argv, preexec = self.argv, None
             if self.die_with_parent:
                 if _SETPRIV:  # exec-time death signal: no Python code between fork and exec
@@ -182,6 +201,15 @@ class ManagedProcess:
         if self.proc is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def log_since_start(self) -> str:
+        """What the process wrote since its last `start()` (the log file is appended to across starts)."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self._log_start)
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
 
     def log_tail(self, lines: int = 40) -> str:
         try:

@@ -5,10 +5,11 @@ Inputs are what the readers produce (``read.py``), one DataFrame per pass:
     CHUNK_DDL   table, chunk, side ('up'|'down'), rows, checksum, error
                 one row per chunk and side: row count and order-free checksum (``hashing.ChunkSum``),
                 or the error that kept the chunk from being read
-    ROW_DDL     table, chunk, side, key_id, key_text, row_hash, cells
+    ROW_DDL     table, chunk, side, key_id, key_text, row_hash, cells, cell_hashes
                 one row per row of a chunk whose checksums differ; `key_id` is what rows are
                 matched by (the canonical key's hash, or the whole row's for tables without a usable
-                key), `cells` the row's values as shown in examples
+                key), `cells` the row's values as shown in examples (cut at SHOW_CHARS), `cell_hashes`
+                each whole value's hash (which columns differ, where the shown text cannot tell)
 
 :func:`chunk_status` joins the two sides' chunk sums; :func:`row_differences` joins the rows of the
 differing chunks by key into missing / extra / different; :func:`difference_counts` and
@@ -41,7 +42,8 @@ KINDS: Final = ("missing", "extra", "different")
 
 CHUNK_DDL: Final = "table STRING, chunk INT, side STRING, rows LONG, checksum LONG, error STRING"
 ROW_DDL: Final = (
-    "table STRING, chunk INT, side STRING, key_id STRING, key_text STRING, row_hash LONG, cells ARRAY<STRING>"
+    "table STRING, chunk INT, side STRING, key_id STRING, key_text STRING, row_hash LONG, cells ARRAY<STRING>, "
+    "cell_hashes ARRAY<LONG>"
 )
 
 
@@ -88,9 +90,9 @@ def chunk_status(sums: DataFrame) -> DataFrame:
 def row_differences(rows: DataFrame) -> DataFrame:
     """Rows of differing chunks joined by key: one row per key that is missing, extra or different.
 
-    Columns: table, chunk, key_id, key_text, kind, n, up_cells, down_cells.  `n` is how many rows the
-    key stands for: 1, except for whole-row keys (no usable key, or a NULL in it) that one side has
-    more often than the other."""
+    Columns: table, chunk, key_id, key_text, kind, n, up_cells, down_cells, up_hashes, down_hashes.  `n`
+    is how many rows the key stands for: 1, except for whole-row keys (no usable key, or a NULL in it)
+    that one side has more often than the other."""
     from pyspark.sql import functions as fn
 
     keys = ["table", "chunk", "key_id"]
@@ -100,8 +102,9 @@ def row_differences(rows: DataFrame) -> DataFrame:
         fn.max("row_hash").alias("hi"),
         fn.first("key_text").alias("key_text"),
         fn.first("cells").alias("cells"),
+        fn.first("cell_hashes").alias("hashes"),
     )
-    cols = {"n": "up_n", "lo": "up_lo", "hi": "up_hi", "key_text": "up_key", "cells": "up_cells"}
+    cols = {"n": "up_n", "lo": "up_lo", "hi": "up_hi", "key_text": "up_key", "cells": "up_cells", "hashes": "up_hashes"}
     up = _side(grouped, UP, keys, cols)
     down = _side(grouped, DOWN, keys, {c: a.replace("up_", "down_") for c, a in cols.items()})
     j = up.join(down, keys, "full_outer")
@@ -127,6 +130,8 @@ def row_differences(rows: DataFrame) -> DataFrame:
         n.cast("long").alias("n"),
         "up_cells",
         "down_cells",
+        "up_hashes",
+        "down_hashes",
     ).filter(fn.col("kind").isNotNull())
 
 

@@ -49,6 +49,7 @@ __all__ = [
     "SHOW_CHARS",
     "ChunkSum",
     "canonical_value",
+    "cell_hashes",
     "key_id",
     "key_text",
     "row_bytes",
@@ -109,6 +110,12 @@ def row_bytes(values: Sequence[object], columns: Sequence[ColumnInfo | None]) ->
 def row_hash(data: bytes) -> int:
     """The 64-bit hash of canonical row bytes, as a signed int64."""
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big", signed=True)
+
+
+def cell_hashes(values: Sequence[object], columns: Sequence[ColumnInfo | None]) -> list[int]:
+    """Each value's 64-bit hash (of its canonical bytes): which columns of a differing row differ, even
+    where the shown text is cut before the difference."""
+    return [row_hash(canonical_value(v, c)) for v, c in zip(values, columns, strict=True)]
 
 
 def key_id(data: bytes) -> str:

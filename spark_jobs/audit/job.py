@@ -60,7 +60,7 @@ from spark_jobs.audit.read import (
     query_all,
     read_partition,
 )
-from spark_jobs.audit.report import EXAMPLES, AuditReport, Example, TableReport
+from spark_jobs.audit.report import EXAMPLES, AuditReport, Example, TableReport, differing_positions
 from spark_jobs.errors import InputError
 
 if TYPE_CHECKING:
@@ -266,6 +266,7 @@ def execute(spark: SparkSession, prep: Prepared, *, examples: int = EXAMPLES) ->
                 None if r["up_cells"] is None else list(r["up_cells"]),
                 None if r["down_cells"] is None else list(r["down_cells"]),
                 int(r["n"]),
+                differing_positions(r["up_hashes"], r["down_hashes"]),
             )
         )
     return report

@@ -336,7 +336,7 @@ def _row_record(task: ReadTask, values: tuple[Any, ...]) -> tuple[Any, ...]:
         kid = "row:" + hashing.key_id(data)
         ktext = hashing.key_text(names, values, cols)
     cells = [hashing.show(v, c) for v, c in zip(values, cols, strict=True)]
-    return (t.full_name, task.chunk.index, task.side, kid, ktext, h, cells)
+    return (t.full_name, task.chunk.index, task.side, kid, ktext, h, cells, hashing.cell_hashes(values, cols))
 
 
 def _run_task(task: ReadTask, conn: Connection) -> Iterator[tuple[Any, ...]]:

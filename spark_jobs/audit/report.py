@@ -13,17 +13,20 @@ JSON (``--format json`` on stdout, or ``--json FILE``)::
 
 ``problem`` is why a table could not be compared ("missing downstream (upstream has 5 rows)",
 columns that differ, a chunk that could not be read); a table with a problem is not ok.  Values
-in examples are shown as ``hashing.show`` renders them.  The exit status is 0 when every table
-is equal and no extra table exists, else 1.
+in examples are shown as ``hashing.show`` renders them (cut at SHOW_CHARS); a ``different``
+example also has ``"columns"``, the columns whose whole values differ, so a difference past the
+characters shown is still named.  The exit status is 0 when every table is equal and no extra
+table exists, else 1.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
-__all__ = ["EXAMPLES", "AuditReport", "Example", "TableReport"]
+__all__ = ["EXAMPLES", "AuditReport", "Example", "TableReport", "differing_positions"]
 
 EXAMPLES: Final = 3
 """Examples per kind of difference and table (as tools/audit.py)."""
@@ -38,15 +41,26 @@ class Example:
     downstream: list[str] | None
     count: int = 1
     """Rows the example stands for (more than 1 only for whole-row keys repeated on one side)."""
+    differing: tuple[int, ...] | None = None
+    """Of a `different` row: the positions of the columns whose whole values differ (None: not known,
+    the shown cells tell)."""
+
+    def changed_columns(self, columns: list[str]) -> list[str]:
+        """Of a `different` row: the columns that differ (by whole value when known, else by the shown text)."""
+        up, down = self.upstream or [], self.downstream or []
+        if self.differing is not None:
+            return [columns[i] for i in self.differing]
+        return [c for c, a, b in zip(columns, up, down, strict=True) if a != b]
 
     def text(self, columns: list[str]) -> str:
         times = f" x{self.count}" if self.count > 1 else ""
         if self.kind == "different" and self.upstream is not None and self.downstream is not None:
-            changed = [
-                f"{c} upstream {a} downstream {b}"
-                for c, a, b in zip(columns, self.upstream, self.downstream, strict=True)
-                if a != b
-            ]
+            shown = dict(zip(columns, zip(self.upstream, self.downstream, strict=True), strict=True))
+            changed = []
+            for c in self.changed_columns(columns):
+                a, b = shown[c]
+                beyond = " (they differ beyond the characters shown)" if a == b else ""
+                changed.append(f"{c} upstream {a} downstream {b}{beyond}")
             return f"{self.key}: " + ("; ".join(changed) or "values differ beyond the characters shown")
         cells = self.upstream if self.upstream is not None else self.downstream or []
         row = ", ".join(f"{c}={v}" for c, v in zip(columns, cells, strict=True))
@@ -56,13 +70,23 @@ class Example:
         def cells(values: list[str] | None) -> dict[str, str] | None:
             return None if values is None else dict(zip(columns, values, strict=True))
 
-        return {
+        doc: dict[str, Any] = {
             "kind": self.kind,
             "key": self.key,
             "count": self.count,
             "upstream": cells(self.upstream),
             "downstream": cells(self.downstream),
         }
+        if self.kind == "different":
+            doc["columns"] = self.changed_columns(columns)
+        return doc
+
+
+def differing_positions(up: Sequence[int] | None, down: Sequence[int] | None) -> tuple[int, ...] | None:
+    """Positions where two rows' value hashes differ; None unless both rows have them, of one length."""
+    if up is None or down is None or len(up) != len(down):
+        return None
+    return tuple(i for i, (a, b) in enumerate(zip(up, down, strict=True)) if a != b)
 
 
 @dataclass

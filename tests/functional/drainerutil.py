@@ -127,8 +127,8 @@ class Cluster:
         self.fork_safe = fork_safe
         self.tls_settings = tls
         self.tls = None if tls is None else tls.client()
-        client_port, peer_port = distinct_ports(2)
-        self.etcd_server = EtcdProcess(tmp, client_port=client_port, peer_port=peer_port, tls=tls)
+        # ports picked by localcluster: a first start that finds one taken starts again on new ones
+        self.etcd_server = EtcdProcess(tmp, tls=tls)
         self._spawnable(self.etcd_server.process)
         self.etcd_server.start()
         self.pd = PDProcess(tmp, self.etcd_server.url, tls=tls)
@@ -157,14 +157,11 @@ class Cluster:
     def add_pump(self, *extra: str) -> PumpProcess:
         name = f"pump{len(self.pumps)}"
         args = [*PUMP_FAST, "--upstream.txn-status-dsn", self.upstream_dsn, "--storage.resolve-interval", "0.5", *extra]
-        grpc_port, status_port = distinct_ports(2)
         p = PumpProcess(
             self.tmp,
             self.etcd_server.url,
             name=name,
             extra_args=args,
-            grpc_port=grpc_port,
-            status_port=status_port,
             tls=self.tls_settings,
         )
         self._spawnable(p.process)
@@ -188,14 +185,11 @@ class Cluster:
         if sink == "mysql":
             args += self.mysql_args()
         args += list(extra)
-        grpc_port, status_port = distinct_ports(2)
         d = DrainerProcess(
             self.tmp,
             self.etcd_server.url,
             name=name,
             extra_args=args,
-            grpc_port=grpc_port,
-            status_port=status_port,
             tls=self.tls_settings,
         )
         self._spawnable(d.process)

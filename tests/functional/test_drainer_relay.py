@@ -152,8 +152,8 @@ def test_unusable_relay_dir_fails_at_start_and_changes_nothing(cluster: Cluster,
     cluster.drainers.append(d)
     before = cluster.checkpoint_row()
     d.process.start()
-    assert wait_exit(d) == 1
+    assert wait_exit(d) == 2  # a file where the directory should be: the config must change (was exit 1)
     log = d.process.log_tail(40)
-    assert f"relay log directory '{not_a_dir}' cannot be created" in log, log
+    assert f"syncer.relay.log-dir: relay log directory '{not_a_dir}' cannot be created" in log, log
     assert cluster.checkpoint_row() == before
     assert not_a_dir.read_text() == "not a directory"

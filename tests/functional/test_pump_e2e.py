@@ -308,6 +308,17 @@ def test_bad_requests_get_clear_errors_and_lose_nothing(
         pulled = client.pull_until(0, commit)
         assert [(b.start_ts, b.commit_ts) for b in pulled if b.tp == binlog_pb2.Commit] == [(start, commit)]
 
+        # a ts that is not a uint64 is a 400 naming it, not a 500 with a traceback in the log
+        debug = f"http://{pump.status_addr}/debug/binlog/"
+        for raw, why in (("1" * 26, "above the largest ts"), ("-1", "non-negative"), ("x", "non-negative")):
+            status, body = _http("GET", debug + raw)
+            assert status == 400, body
+            message = json.loads(body)["message"]
+            assert message.startswith(f"bad ts {raw!r}: "), message
+            assert why in message, message
+        assert _http("GET", debug + str(commit))[0] == 200
+        assert "Traceback" not in pump.process.log_tail(200)
+
         # pause through HTTP: the pump publishes paused and exits 0; its data is intact after a restart
         status, body = _http("PUT", f"http://{pump.status_addr}/state/{pump.node_id}/pause")
         assert status == 200, body

@@ -23,7 +23,7 @@ from spark_jobs.audit.compare import (
 )
 from spark_jobs.audit.meta import StoreColumn, StoreIndex, StoreTable, TableProblemError, audit_table
 from spark_jobs.audit.plan import Chunk, boundary_chunks, chunk_count, int_chunks, range_predicate
-from spark_jobs.audit.report import AuditReport, Example, TableReport
+from spark_jobs.audit.report import AuditReport, Example, TableReport, differing_positions
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -220,7 +220,7 @@ def test_chunk_status_flags_differing_chunks(spark: SparkSession) -> None:
 
 
 def _row(side: str, key: str, h: int, cells: list[str], chunk: int = 0) -> tuple[Any, ...]:
-    return ("d.t", chunk, side, key, key, h, cells)
+    return ("d.t", chunk, side, key, key, h, cells, [hashing.row_hash(c.encode()) for c in cells])
 
 
 def test_row_differences_missing_extra_different_equal(spark: SparkSession) -> None:
@@ -252,6 +252,7 @@ def test_row_differences_missing_extra_different_equal(spark: SparkSession) -> N
     ]
     different = next(r for r in first if r["kind"] == "different")
     assert (list(different["up_cells"]), list(different["down_cells"])) == (["4", "'d'"], ["4", "'D'"])
+    assert differing_positions(different["up_hashes"], different["down_hashes"]) == (1,)
 
 
 # -------------------------------------------------------------------------------------- report
@@ -275,6 +276,7 @@ def test_report_json_and_table() -> None:
         "count": 1,
         "upstream": {"id": "4", "v": "'d'"},
         "downstream": {"id": "4", "v": "'D'"},
+        "columns": ["v"],
     }
     text = r.render()
     assert text.splitlines()[0].startswith("audit FAILED: 3 of 3 tables differ")
@@ -287,3 +289,27 @@ def test_report_json_and_table() -> None:
     assert ok.ok
     assert ok.exit_status == 0
     assert ok.render().startswith("audit OK: 1 tables, 2 rows, all equal")
+
+
+def test_a_difference_beyond_the_shown_characters_names_the_column() -> None:
+    """Was: "id=1: values differ beyond the characters shown", naming no column."""
+    cols = [col("int", "id"), col("text", "body"), col("text", "note"), col("int", "v")]
+    names = [c.name for c in cols]
+    up_values = [1, "x" * 60 + "a", "y" * 60 + "a", 7]
+    down_values = [1, "x" * 60 + "b", "y" * 60 + "a", 7]
+    up = [hashing.show(v, c) for v, c in zip(up_values, cols, strict=True)]
+    down = [hashing.show(v, c) for v, c in zip(down_values, cols, strict=True)]
+    assert up == down  # cut at SHOW_CHARS: the shown text cannot tell
+    differing = differing_positions(hashing.cell_hashes(up_values, cols), hashing.cell_hashes(down_values, cols))
+    assert differing == (1,)
+    e = Example("different", "id=1", up, down, differing=differing)
+    assert (
+        e.text(names) == f"id=1: body upstream {up[1]} downstream {down[1]} (they differ beyond the characters shown)"
+    )
+    assert e.to_json(names)["columns"] == ["body"]
+    shown = Example("different", "id=2", ["2", "'a'"], ["2", "'b'"], differing=(1,))
+    assert shown.text(["id", "v"]) == "id=2: v upstream 'a' downstream 'b'"
+    unknown = Example("different", "id=3", ["3", "'a'"], ["3", "'b'"])  # no hashes: the shown cells tell
+    assert unknown.changed_columns(["id", "v"]) == ["v"]
+    assert differing_positions(None, [1]) is None
+    assert differing_positions([1, 2], [1]) is None

@@ -283,6 +283,33 @@ def test_sqlite_to_sqlite_compares_raw_values(spark: SparkSession, tmp_path: Pat
     assert {(e.kind, e.key) for e in t.examples} == {("missing", "name='a7'"), ("extra", "name='zz'")}
 
 
+def test_a_difference_beyond_the_shown_characters_names_its_column(spark: SparkSession, tmp_path: Path) -> None:
+    """Two long texts that differ after the first SHOW_CHARS characters (was: "values differ beyond the
+    characters shown", naming no column)."""
+    notes = _table("notes", [("id", "int", False), ("body", "text", True), ("v", "int", True)], ["id"], handle=True)
+    paths = [tmp_path / "a.db", tmp_path / "b.db"]
+    for p, tail in zip(paths, "ab", strict=True):
+        store = SqliteStore(p, f"sqlite:///{p}")
+        s = store.session()
+        try:
+            for sql in store.dialect().create_table_sql("d", notes):
+                s.execute(sql)
+            s.insert_row("d", notes, 1, {"id": 1, "body": "x" * 60 + tail, "v": 7})
+            s.insert_row("d", notes, 2, {"id": 2, "body": "same", "v": 8})
+        finally:
+            s.close()
+    a, b = (Endpoint.parse(f"sqlite:///{p}") for p in paths)
+    r = run_audit(spark, a, b)
+    t = r.table("d.notes")
+    assert (t.different, t.missing, t.extra) == (1, 0, 0)
+    (example,) = t.examples
+    assert example.changed_columns(t.columns) == ["body"]
+    line = example.text(t.columns)
+    assert line.startswith("id=1: body upstream 'xxx"), line
+    assert line.endswith("(they differ beyond the characters shown)"), line
+    assert r.to_json()["tables"][0]["examples"][0]["columns"] == ["body"]
+
+
 # ------------------------------------------------------------------------------------ bad input
 def test_unreachable_side_is_one_line_exit_2(pair: Pair, capsys: pytest.CaptureFixture[str]) -> None:
     up = f"sqlite:///{pair.up_path}"

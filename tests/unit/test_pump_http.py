@@ -7,6 +7,7 @@ import inspect
 import json
 import re
 import socket
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ from common.pb import binlog_pb2, gogo
 from common.registry import NodeKind, NodeState, NodeStatus
 from pump.app import default_storage_factory
 from pump.background import write_fake_binlog
-from pump.http_api import StatusServer
+from pump.http_api import StatusServer, parse_ts
 from pump.memory_storage import MemoryStorage
 from pump.metrics import PumpMetrics, StorageMetrics
 from pump.node import ApproxClock, PumpNode
@@ -221,6 +222,37 @@ def test_debug_binlog_errors(api: tuple[Backend, StatusServer]) -> None:
     assert request(server, "GET", "/debug/binlog/5")[::2] == (404, b"no binlog at ts 5\n")
     status, doc = get_json(server, "GET", "/debug/binlog/abc")
     assert (status, doc["message"]) == (400, "bad ts 'abc': expected a non-negative integer")
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ("1" * 26, f"bad ts '{'1' * 26}': above the largest ts, 18446744073709551615 (uint64)"),
+        (str(2**64), f"bad ts '{2**64}': above the largest ts, 18446744073709551615 (uint64)"),
+        ("-1", "bad ts '-1': expected a non-negative integer"),
+        ("%C2%B2", "bad ts '\u00b2': expected a non-negative integer"),  # '²' is a digit to str.isdigit()
+        ("1e3", "bad ts '1e3': expected a non-negative integer"),
+    ],
+)
+def test_debug_binlog_bad_ts_is_400(api: tuple[Backend, StatusServer], raw: str, message: str) -> None:
+    backend, server = api
+
+    def uint64_only(ts: int) -> binlog_pb2.Binlog | None:  # as the real storage, which packs ts as uint64
+        struct.pack(">Q", ts)
+        return None
+
+    backend.get_binlog = uint64_only  # type: ignore[method-assign]
+    status, doc = get_json(server, "GET", f"/debug/binlog/{raw}")
+    assert (status, doc["message"]) == (400, message)
+    assert request(server, "GET", f"/debug/binlog/{2**64 - 1}")[::2] == (404, f"no binlog at ts {2**64 - 1}\n".encode())
+
+
+def test_parse_ts() -> None:
+    assert parse_ts("0") == 0
+    assert parse_ts(str(2**64 - 1)) == 2**64 - 1
+    for raw in ("", "+1", " 1", "1_000", "\u0661", str(2**64)):
+        with pytest.raises(ValueError, match="bad ts"):
+            parse_ts(raw)
 
 
 def test_metrics(api: tuple[Backend, StatusServer]) -> None:

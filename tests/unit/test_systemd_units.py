@@ -83,6 +83,7 @@ def test_unit_runs_as_notify_service_with_restart_limits_and_hardening(file: str
     assert one(u, s, "Group") == "tidb-binlog"
     assert one(u, s, "Restart") == "on-failure"
     assert int(one(u, s, "RestartSec")) > 0
+    assert one(u, s, "RestartPreventExitStatus") == "2"  # a bad config is not restarted in a loop
     assert int(one(u, s, "WatchdogSec")) > 0
     assert int(one(u, s, "TimeoutStopSec")) >= MIN_STOP_TIMEOUT[command]
     assert int(one(u, s, "LimitNOFILE")) >= 16384
