@@ -216,6 +216,9 @@ class Recorder:
     def error(self, kind: str) -> None:
         self._add("error", kind)
 
+    def decision_ignored(self, kind: str) -> None:
+        self._add("decision_ignored", kind)
+
     def chaser(self, event: str, catch_up_seconds: float | None = None) -> None:
         self._add("chaser", event, catch_up_seconds)
 
