@@ -25,7 +25,8 @@ joins whatever transaction the writer has open there:
    see that the transaction lives.  A row written concurrently with the P-binlog
    must exist by `start_ts`'s physical time + the *status-row TTL*
    (`DEFAULT_STATUS_ROW_TTL`): `not_after_ms` makes `begin_pending` refuse a
-   later one (StatusRowTooLateError, retriable) without writing anything.
+   later one (StatusRowTooLateError, retriable): nothing is written, or a row
+   whose write waited past it for a lock is marked rolled back at once.
 2. `extend_ttl(conn, start_ts, ttl_ms)` (committed) while the transaction works:
    a transaction that keeps its lock alive waits as long as it takes — the
    original dropped commits slower than 10 minutes (its issue #1024).
