@@ -20,8 +20,13 @@ every read and update goes by primary key, and `purge_before` scans a key range.
 Protocol.  The writer calls the helpers on *its own* connection, so each one
 joins whatever transaction the writer has open there:
 
-1. `begin_pending(conn, start_ts, ttl_ms)` in a short transaction committed
-   before the P-binlog is sent, so the pump can see that the transaction lives.
+1. `begin_pending(conn, start_ts, ttl_ms, not_after_ms=...)` in a short
+   transaction committed while (or before) the P-binlog is sent, so the pump can
+   see that the transaction lives.  A row written concurrently with the P-binlog
+   must exist by `start_ts`'s physical time + the *status-row TTL*
+   (`DEFAULT_STATUS_ROW_TTL`): `not_after_ms` makes `begin_pending` refuse a
+   later one (StatusRowTooLateError, retriable): nothing is written, or a row
+   whose write waited past it for a lock is marked rolled back at once.
 2. `extend_ttl(conn, start_ts, ttl_ms)` (committed) while the transaction works:
    a transaction that keeps its lock alive waits as long as it takes — the
    original dropped commits slower than 10 minutes (its issue #1024).
@@ -30,19 +35,25 @@ joins whatever transaction the writer has open there:
    or `mark_rolled_back(conn, start_ts)` when the transaction aborts.
 
 The pump reads with `get(start_ts)`.  When it gives a transaction up (pending
-with an expired lock, or no row after max-txn-timeout) it calls
-`rollback_abandoned(start_ts, now_ms)`, which atomically turns the expired
-pending row into `rolled_back` or writes a `rolled_back` tombstone for a missing
-row, as TiKV's resolver rolls back an expired lock.  A writer that comes back
-later then fails in `extend_ttl` / `mark_committed` with TxnStatusConflictError
-and must roll its data transaction back: the pump never drops a transaction
-that the upstream then commits.  Row locks (MySQL) or the write lock (sqlite)
-held by an open writer transaction make the pump's roll-back wait (bounded by
-the store's timeout, then retried later), so the two sides serialize.  The pump
-therefore needs write access to this table.
+with an expired lock, or no row once `start_ts` is older than the status-row
+TTL) it calls `rollback_abandoned(start_ts, now_ms)`, which atomically turns the
+expired pending row into `rolled_back` or writes a `rolled_back` tombstone for a
+missing row, as TiKV's resolver rolls back an expired lock.  A writer that comes
+back later then fails in `begin_pending` / `extend_ttl` / `mark_committed` with
+TxnStatusConflictError (retriable: the transaction was rolled back) and must roll
+its data transaction back: the pump never drops a transaction that the upstream
+then commits.  The primary key decides a race between the writer's row and the
+pump's tombstone (whichever INSERT comes second fails and re-reads the row), and
+row locks (MySQL) or the write lock (sqlite) held by an open writer transaction
+make the pump's roll-back wait (bounded by the store's timeout, then retried
+later), so the two sides serialize.  The pump therefore needs write access to
+this table.
 
 Clocks: `ttl_deadline` is written with the writer's clock and compared with the
-pump's, so keep hosts NTP-synchronized and TTLs well above the expected skew.
+pump's, and the status-row TTL is counted from `start_ts` (pd-server's clock) by
+both the writer's and the pump's clocks, so keep hosts NTP-synchronized and TTLs
+well above the expected skew.  Skew costs at most a needless roll-back (the
+store, not the clocks, decides every race), never a lost commit.
 
 `purge_before(start_ts)` deletes terminal rows below `start_ts` in batches and
 keeps pending ones.  sqlite stores are switched to WAL (a reader never blocks
@@ -67,6 +78,7 @@ from typing import Any, TypeAlias, TypeVar
 
 import pymysql
 
+from common import tso
 from common.dsn import MySQLDSN, SqliteDSN, TxnStatusDSN, parse_dsn
 from common.errors import BinlogError, CodecError, ConfigError, StorageClosedError, UnavailableError
 
@@ -77,6 +89,13 @@ DEFAULT_TIMEOUT = 5.0
 """Seconds for connecting, reading, sqlite's busy wait and MySQL's lock wait."""
 PURGE_BATCH = 10_000
 """Rows deleted per statement by purge_before (keeps each lock short)."""
+DEFAULT_STATUS_ROW_TTL = 10.0
+"""Seconds, counted from a transaction's start_ts (its TSO physical time), within which its
+status row exists if the pumps can have its P-binlog: the writer refuses to write the row any
+later (StatusRowTooLateError) and writes it before the P-binlog for a transaction already half
+that old at commit; a pump that still finds no row after this long rolls the transaction back
+(a tombstone), as TiKV resolves a lock whose TTL expired.  The pumps' `[upstream] status-row-ttl`
+must be at least the writers' (a shorter one only costs needless, retried roll-backs)."""
 
 SQLITE_DDL = f"""CREATE TABLE IF NOT EXISTS {TABLE} (
     start_ts     INTEGER PRIMARY KEY,
@@ -152,13 +171,24 @@ def _int_column(name: str, value: object, row: Sequence[object]) -> int:
 class TxnStatusConflictError(BinlogError):
     """A state change the protocol forbids, e.g. committing a transaction the pump rolled back.
 
-    The writer must roll back its storage transaction.
+    The writer must roll back its storage transaction.  Retriable (with a new start_ts) when the
+    row says rolled back: the pump resolved the transaction, nothing of it was applied.
     """
 
     def __init__(self, message: str, start_ts: int, current: TxnStatus | None) -> None:
         super().__init__(message)
         self.start_ts = start_ts
         self.current = current
+        self.retriable = current is not None and current.state is TxnState.ROLLED_BACK
+
+
+class StatusRowTooLateError(TxnStatusConflictError):
+    """The status row would be written after start_ts + the status-row TTL, when a pump may already
+    have rolled the transaction back: nothing was written; retry the transaction."""
+
+    def __init__(self, message: str, start_ts: int) -> None:
+        super().__init__(message, start_ts, None)
+        self.retriable = True
 
 
 # ---------------------------------------------------------------------------- SQL
@@ -293,22 +323,45 @@ class TxnStatusStore:
 
     # -- writer side: run on the caller's connection, inside the caller's transaction
 
-    def begin_pending(self, conn: WriterConnection, start_ts: int, ttl_ms: int) -> None:
-        """Record `start_ts` as pending with a lock until now + ttl_ms (a live pending row is extended)."""
+    def begin_pending(
+        self, conn: WriterConnection, start_ts: int, ttl_ms: int, *, not_after_ms: int | None = None
+    ) -> None:
+        """Record `start_ts` as pending with a lock until now + ttl_ms (a live pending row is extended).
+
+        `not_after_ms` (wall-clock ms, the status-row deadline): past it, StatusRowTooLateError.  Checked
+        before writing (then nothing is written) and again after the write, which may have waited for a
+        lock: a row that landed late is marked rolled back at once, so a writer never keeps a transaction
+        alive on a row the pumps could have given up before it existed.  A row the pump tombstoned first
+        raises TxnStatusConflictError (retriable)."""
         sql = self._writer_sql(conn)
         deadline = self._deadline(start_ts, ttl_ms)
+        self._check_in_time(start_ts, deadline - ttl_ms, not_after_ms, "not written")
         try:
             _exec(conn, sql.insert, (start_ts, TxnState.PENDING.value, 0, deadline))
-            return
         except _INTEGRITY_ERRORS:
             current = self._read_locked(conn, sql, start_ts)
             if current is None:
                 raise
-        if current.state is not TxnState.PENDING:
-            raise TxnStatusConflictError(
-                f"start_ts={start_ts} is already {current.state}; cannot begin it again", start_ts, current
+            if current.state is not TxnState.PENDING:
+                raise TxnStatusConflictError(
+                    f"start_ts={start_ts} is already {current.state}; cannot begin it again", start_ts, current
+                ) from None
+            _exec(conn, sql.extend, (deadline, start_ts))
+        if not_after_ms is not None:
+            try:
+                self._check_in_time(start_ts, int(self._clock() * 1000), not_after_ms, "marked rolled back")
+            except StatusRowTooLateError:
+                self.mark_rolled_back(conn, start_ts)
+                raise
+
+    @staticmethod
+    def _check_in_time(start_ts: int, now_ms: int, not_after_ms: int | None, outcome: str) -> None:
+        if not_after_ms is not None and now_ms > not_after_ms:
+            raise StatusRowTooLateError(
+                f"start_ts={start_ts}: its status row comes {now_ms - not_after_ms} ms after the status-row TTL, "
+                f"when a pump may have rolled it back; {outcome}",
+                start_ts,
             )
-        _exec(conn, sql.extend, (deadline, start_ts))
 
     def extend_ttl(self, conn: WriterConnection, start_ts: int, ttl_ms: int) -> None:
         """Push the lock deadline of pending `start_ts` to now + ttl_ms (never shortens it)."""
@@ -516,6 +569,12 @@ class TxnStatusStore:
         if conn is not None:
             with contextlib.suppress(*_DB_ERRORS):
                 conn.close()
+
+
+def status_row_deadline_ms(start_ts: int, status_row_ttl: float) -> int:
+    """Wall-clock ms by which the status row of `start_ts` exists: its TSO physical time + the TTL."""
+    _check_ts(start_ts)
+    return tso.physical(start_ts) + int(status_row_ttl * 1000)
 
 
 def _check_ts(start_ts: int) -> None:

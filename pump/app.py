@@ -103,7 +103,7 @@ def default_resolver_factory(cfg: PumpConfig) -> CommitResolver | None:
         return None
     from pump.resolver import open_resolver
 
-    return open_resolver(dsn, max_txn_timeout=cfg.storage.max_txn_timeout)
+    return open_resolver(dsn, max_txn_timeout=cfg.storage.max_txn_timeout, status_row_ttl=cfg.upstream.status_row_ttl)
 
 
 class PumpApp:

@@ -7,7 +7,7 @@ Keys are the original `pump.toml` ones, plus a few of ours:
     [storage] value-log-file-size, resolve-interval, max-txn-timeout
     [storage] max-inflight-write-bytes  WriteBinlog payload bytes held between arrival and the
                              storage's return (default 256 MiB; one larger payload is admitted alone)
-    [upstream] txn-status-dsn
+    [upstream] txn-status-dsn, status-row-ttl
     gen-binlog-pull-interval while a drainer is pulling, the idle gap after which a fake binlog is
                              written (default 0.25 s; 0 = off: only `gen-binlog-interval`, as the original)
     log-format, log-file-max-size, log-file-max-backups   text / json lines, size rotation (common/logsetup.py)
@@ -54,6 +54,7 @@ from common.config.node import validate_etcd_urls as _etcd_urls
 from common.config.node import validate_host_port as _host_port
 from common.errors import ConfigError
 from common.logsetup import DEFAULT_LOG_FORMAT, DEFAULT_MAX_BACKUPS, DEFAULT_MAX_SIZE_MIB, LogFormat
+from common.txnstatus import DEFAULT_STATUS_ROW_TTL
 from pump.storage.api import (
     DEFAULT_KV_CHAN_CAP,
     DEFAULT_MAX_TXN_TIMEOUT,
@@ -146,7 +147,11 @@ class StorageConfig:
     )
     max_txn_timeout: Duration = field(
         default=DEFAULT_MAX_TXN_TIMEOUT,
-        metadata={"help": "drop a prewrite the upstream does not know after this long", "validate": _positive},
+        metadata={
+            "help": "drop a prewrite the upstream does not know after this long at most "
+            "([upstream] status-row-ttl decides sooner)",
+            "validate": _positive,
+        },
     )
     max_inflight_write_bytes: ByteSize = field(
         default=DEFAULT_MAX_INFLIGHT_WRITE_BYTES,
@@ -160,6 +165,14 @@ class UpstreamConfig:
     txn_status_dsn: str = field(
         default="",
         metadata={"help": "transaction status store of the upstream writer (sqlite path or mysql DSN); empty = none"},
+    )
+    status_row_ttl: Duration = field(
+        default=DEFAULT_STATUS_ROW_TTL,
+        metadata={
+            "help": "roll back a prewrite whose transaction has no status row once its start_ts is this old "
+            "(at least the writers' status-row TTL)",
+            "validate": _positive,
+        },
     )
 
 

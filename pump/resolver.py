@@ -7,9 +7,22 @@
     pending, lock expired            -> ROLLED_BACK ("lock expired"), written back to the store
     pending, lock alive              -> WAIT, however long it takes (the original dropped
                                         commits slower than 10 minutes: its issue #1024)
-    no row, waited < max-txn-timeout -> WAIT
-    no row, waited >= max-txn-timeout-> ROLLED_BACK, a tombstone written to the store
+    no row, age < status-row TTL     -> WAIT
+    no row, age >= status-row TTL    -> ROLLED_BACK, a tombstone written to the store
+    no row, no prewrite_key          -> the same after max-txn-timeout (a DDL: see below)
     store unreachable or bad row     -> WAIT (rate-limited warning); never raises
+
+`waited_seconds` is the transaction's age: the pump's clock less start_ts's physical time.
+The status-row TTL (`[upstream] status-row-ttl`, `common.txnstatus.DEFAULT_STATUS_ROW_TTL`)
+is the longest a writer holds a transaction whose P-binlog may be on a pump without its
+status row (the writer refuses a later row), so a transaction with no row past it is one
+whose writer died or gave up: it is decided as TiKV decides an expired lock, not after
+`max-txn-timeout`, which stays an upper bound for it (and the age after which a transaction
+still pending with a live lock is logged).  The TTL applies to prewrites that carry a
+`prewrite_key` (a transaction's primary key, as TiDB's DML prewrites do; the writer always
+sets it).  A DDL's prewrite has none and the writer writes no status row for a DDL (its
+commit is the publication of the job in etcd, which may take long), so an unknown keyless
+prewrite still waits `max-txn-timeout` (10 min).
 
 Giving a transaction up goes through `TxnStatusStore.rollback_abandoned`, which
 re-checks and writes the roll-back atomically, so a writer that commits at the
@@ -28,7 +41,7 @@ from dataclasses import dataclass
 
 from common.errors import UnavailableError
 from common.pb import binlog_pb2
-from common.txnstatus import TxnState, TxnStatus, TxnStatusStore
+from common.txnstatus import DEFAULT_STATUS_ROW_TTL, TxnState, TxnStatus, TxnStatusStore
 from pump.storage.api import DEFAULT_MAX_TXN_TIMEOUT, CommitResolver, Resolution, Verdict
 
 log = logging.getLogger(__name__)
@@ -78,11 +91,15 @@ class TxnStatusResolver:
         store: TxnStatusStore,
         *,
         max_txn_timeout: float = DEFAULT_MAX_TXN_TIMEOUT,
+        status_row_ttl: float = DEFAULT_STATUS_ROW_TTL,
         clock: Callable[[], float] = time.time,
         log_interval: float = LOG_INTERVAL,
     ) -> None:
+        if status_row_ttl <= 0:
+            raise ValueError(f"status_row_ttl must be positive, got {status_row_ttl}")
         self._store = store
         self._max_txn_timeout = max_txn_timeout
+        self._no_row_timeout = min(status_row_ttl, max_txn_timeout)
         self._clock = clock
         self._lock = threading.Lock()
         self._stats = ResolverStats()
@@ -90,9 +107,9 @@ class TxnStatusResolver:
         self._error_log = _Throttle(log_interval, clock)
         self._pending_log = _Throttle(log_interval, clock)
         log.info(
-            "commit resolver reads transaction status from %s (max-txn-timeout %.0fs)",
+            "commit resolver reads transaction status from %s (no status row: rolled back at %.1fs old)",
             store.describe(),
-            max_txn_timeout,
+            self._no_row_timeout,
         )
 
     @property
@@ -103,7 +120,7 @@ class TxnStatusResolver:
     def resolve(self, prewrite: binlog_pb2.Binlog, waited_seconds: float) -> Resolution:
         start_ts = prewrite.start_ts
         try:
-            resolution = self._resolve(start_ts, waited_seconds)
+            resolution = self._resolve(start_ts, waited_seconds, keyed=prewrite.HasField("prewrite_key"))
         except UnavailableError as exc:
             self._count(errors=1, waits=1)
             suppressed = self._unavailable_log.ready()
@@ -134,21 +151,23 @@ class TxnStatusResolver:
         )
         return resolution
 
-    def _resolve(self, start_ts: int, waited_seconds: float) -> Resolution:
+    def _resolve(self, start_ts: int, waited_seconds: float, *, keyed: bool) -> Resolution:
         self._count(lookups=1)
         status = self._store.get(start_ts)
         now_ms = int(self._clock() * 1000)
         if status is None:
-            if waited_seconds < self._max_txn_timeout:
+            if waited_seconds < (self._no_row_timeout if keyed else self._max_txn_timeout):
                 log.debug("start_ts=%d: no transaction status yet after %.1fs", start_ts, waited_seconds)
                 return _WAIT_NO_STATUS
             status = self._store.rollback_abandoned(start_ts, now_ms)
             if status.state is TxnState.ROLLED_BACK:
                 log.warning(
-                    "start_ts=%d: no transaction status after %.0fs (max-txn-timeout %.0fs); dropping the prewrite",
+                    "start_ts=%d: no transaction status after %.0fs (limit %.1fs: %s); rolled back, "
+                    "dropping the prewrite",
                     start_ts,
                     waited_seconds,
-                    self._max_txn_timeout,
+                    self._no_row_timeout if keyed else self._max_txn_timeout,
+                    "status-row-ttl, at most max-txn-timeout" if keyed else "max-txn-timeout, no prewrite_key",
                 )
                 return Resolution(Verdict.ROLLED_BACK, reason=f"no transaction status after {waited_seconds:.0f}s")
         elif status.lock_expired(now_ms):
@@ -208,11 +227,18 @@ class NullResolver:
         pass
 
 
-def open_resolver(txn_status_dsn: str | None, *, max_txn_timeout: float = DEFAULT_MAX_TXN_TIMEOUT) -> CommitResolver:
+def open_resolver(
+    txn_status_dsn: str | None,
+    *,
+    max_txn_timeout: float = DEFAULT_MAX_TXN_TIMEOUT,
+    status_row_ttl: float = DEFAULT_STATUS_ROW_TTL,
+) -> CommitResolver:
     """The resolver for an `[upstream] txn-status-dsn` value: NullResolver when empty.
 
     Raises ConfigError for a malformed DSN; does not connect (an unreachable store means WAIT later).
     """
     if not txn_status_dsn or not txn_status_dsn.strip():
         return NullResolver()
-    return TxnStatusResolver(TxnStatusStore.open(txn_status_dsn), max_txn_timeout=max_txn_timeout)
+    return TxnStatusResolver(
+        TxnStatusStore.open(txn_status_dsn), max_txn_timeout=max_txn_timeout, status_row_ttl=status_row_ttl
+    )

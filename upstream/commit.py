@@ -10,10 +10,20 @@
        in the same storage transaction as the data; storage commit
     3. C-binlog sent asynchronously (the pump's resolver covers a writer that dies here)
 
-Why the status row may trail the P-binlog: a pump that finds no row for a prewrite treats it
-as unknown and waits (up to ``max-txn-timeout``) before it writes a ``rolled_back`` tombstone;
-a late ``begin_pending`` then fails (conflict) and the transaction rolls back.
-``mark_committed`` runs only after ``begin_pending`` succeeded, so it always finds the row.
+Why the status row may trail the P-binlog, and by how much: a pump that finds no row for a
+prewrite waits until the transaction's start_ts is the *status-row TTL* old
+(``Database.status_row_ttl``, :data:`common.txnstatus.DEFAULT_STATUS_ROW_TTL`), then writes a
+``rolled_back`` tombstone, as TiKV resolves an expired lock.  So the writer never writes the row
+later than that (``begin_pending(not_after_ms=...)`` refuses: StatusRowTooLateError, retriable),
+and a transaction already half that old when it commits writes its row *before* sending the
+P-binlog (a long transaction is never refused).  The primary key decides a race with the pump:
+a ``begin_pending`` that comes after the tombstone fails (conflict, retriable) and the
+transaction rolls back.  ``mark_committed`` runs only after ``begin_pending`` succeeded, in the
+data's storage transaction, and is a conditional update of the ``pending`` row: if the pump
+rolled the transaction back meanwhile (its lock expired) it fails and the data is not committed;
+if it succeeds, the pump's roll-back can no longer happen.  So a committed storage transaction
+always has a committed status row, and a dead writer holds the pumps back by at most
+max(status-row TTL, lock TTL) + resolve-interval.
 
 Why commit_ts comes last: it must be larger than every timestamp a pump has already passed
 (the pump holds its watermark below a prewrite only once it has the P-binlog), and, with
@@ -47,6 +57,7 @@ from typing import TYPE_CHECKING
 
 from common.pb import binlog_pb2
 from common.pb.gogo import uvarint, varint
+from common.txnstatus import status_row_deadline_ms
 from pump_client.payload import EncodedBinlog
 from upstream.errors import (
     BinlogWriteError,
@@ -62,8 +73,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+CRASH_BEFORE_STATUS_ROW_ENV = "BINLOG_TEST_CRASH_BEFORE_STATUS_ROW"
+"""Test hook: exit the process (status 137) once the P-binlog is on a pump, before the status row."""
+CRASH_AFTER_STATUS_ROW_ENV = "BINLOG_TEST_CRASH_AFTER_STATUS_ROW"
+"""Test hook: exit (137) with the P-binlog sent, the status row pending and the data prewritten, uncommitted."""
 CRASH_AFTER_COMMIT_ENV = "BINLOG_TEST_CRASH_AFTER_STORAGE_COMMIT"
 """Test hook: exit the process (status 137) after the storage commit, before the C-binlog."""
+CRASH_HOOKS = (CRASH_BEFORE_STATUS_ROW_ENV, CRASH_AFTER_STATUS_ROW_ENV, CRASH_AFTER_COMMIT_ENV)
+_CRASH_ARMED = frozenset(name for name in CRASH_HOOKS if os.environ.get(name))
 
 _U64 = struct.Struct(">Q")
 _SIGN = 1 << 63
@@ -172,21 +189,42 @@ def _p_binlog(txn: Transaction, entries: Sequence[Entry]) -> tuple[EncodedBinlog
     return p, key
 
 
+def _crash_hook(name: str, start_ts: int, *wait_for: Future[None] | None) -> None:
+    """Test hooks (CRASH_HOOKS): exit at once, status 137, once `wait_for` are done, if `name` is set."""
+    if name not in _CRASH_ARMED:
+        return
+    for f in wait_for:
+        if f is not None:
+            f.exception()
+    log.warning("start_ts=%s %s set: exiting", start_ts, name)
+    os._exit(137)
+
+
 def _commit_with_binlog(txn: Transaction, entries: Sequence[Entry]) -> int:
     db = txn.db
     s = txn.session
     start_ts = txn.start_ts
     ttl_ms = db.lock_ttl_ms(txn.mutations.size)
     p, key = _p_binlog(txn, entries)
+    row_first = db.status_row_first(start_ts)
+    if row_first:  # an old transaction: its row goes first, so no status-row deadline applies
+        try:
+            db.status_begin(start_ts, ttl_ms)
+        except BaseException:
+            db.status_rollback(start_ts)
+            raise
     sent = db.submit_prewrite(lambda: db.client_write(p))  # the longest leg: it goes first
     status: Future[None] | None = None
     db.track_pending(start_ts, ttl_ms)
     try:
         try:
-            if db.store.parallel_status:
-                status = db.submit_prewrite(lambda: db.status_begin(start_ts, ttl_ms))
-            else:
-                db.status_begin(start_ts, ttl_ms)
+            if not row_first:
+                _crash_hook(CRASH_BEFORE_STATUS_ROW_ENV, start_ts, sent)
+                not_after = status_row_deadline_ms(start_ts, db.status_row_ttl)
+                if db.store.parallel_status:
+                    status = db.submit_prewrite(lambda: db.status_begin(start_ts, ttl_ms, not_after_ms=not_after))
+                else:
+                    db.status_begin(start_ts, ttl_ms, not_after_ms=not_after)
             s.begin()
             _prewrite(txn, entries)
         finally:
@@ -196,6 +234,7 @@ def _commit_with_binlog(txn: Transaction, entries: Sequence[Entry]) -> int:
             raise status_error
         if binlog_error is not None:
             raise BinlogWriteError(f"prewrite binlog of start_ts={start_ts}: {binlog_error}") from binlog_error
+        _crash_hook(CRASH_AFTER_STATUS_ROW_ENV, start_ts)
         # Only now: the prewrite binlog is durable on a pump and every row is locked (see the module docstring).
         commit_ts = db.tso.get_ts()
         s.call(lambda: db.status.mark_committed(s.conn, start_ts, commit_ts))
@@ -211,9 +250,7 @@ def _commit_with_binlog(txn: Transaction, entries: Sequence[Entry]) -> int:
             f"storage commit of start_ts={start_ts} commit_ts={commit_ts} failed: {exc}; "
             "the txn-status row decides whether it committed"
         ) from exc
-    if os.environ.get(CRASH_AFTER_COMMIT_ENV):
-        log.warning("start_ts=%s %s set: exiting before the commit binlog", start_ts, CRASH_AFTER_COMMIT_ENV)
-        os._exit(137)
+    _crash_hook(CRASH_AFTER_COMMIT_ENV, start_ts)
     c = binlog_pb2.Binlog(tp=binlog_pb2.Commit, start_ts=start_ts, commit_ts=commit_ts, prewrite_key=key)
     db.client_write_async(c)
     return commit_ts

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from common import tso
 from common.dsn import parse_dsn
 from common.errors import BinlogError
 from common.etcd import EtcdClient, WatchEvent
@@ -37,7 +38,7 @@ from common.schema.history import SCHEMA_VERSION_KEY, DDLHistory, RowIDAllocator
 from common.schema.infoschema import InfoSchema
 from common.schema.model import Job, SchemaState, TableInfo
 from common.tls import TLS, TLSFiles
-from common.txnstatus import TxnStatusStore
+from common.txnstatus import DEFAULT_STATUS_ROW_TTL, TxnStatusStore
 from pump_client.payload import MAX_HEADER_SIZE, EncodedBinlog
 from upstream.ddl import Column, Planner
 from upstream.errors import WriterError
@@ -110,17 +111,25 @@ class Database:
         binlog: bool = True,
         strategy: str = "range",
         lock_ttl: float = DEFAULT_LOCK_TTL,
+        status_row_ttl: float = DEFAULT_STATUS_ROW_TTL,
         write_timeout: float = 15.0,
         attempt_timeout: float = 1.0,
         mysql_db_prefix: str = "",
         client: Any = None,
         tls: TLS | TLSFiles | None = None,
     ) -> None:
-        """`tls`: TLS to etcd, pd-server and the pumps (TiDB's `[security]`; paths are read here)."""
+        """`tls`: TLS to etcd, pd-server and the pumps (TiDB's `[security]`; paths are read here).
+
+        `lock_ttl`: seconds a pending status row lives without renewal.  `status_row_ttl`: seconds after
+        its start_ts by which a transaction's status row exists (common.txnstatus.DEFAULT_STATUS_ROW_TTL;
+        the pumps' `[upstream] status-row-ttl` must be at least this)."""
         if lock_ttl <= 0:
             raise WriterError(f"lock_ttl must be positive, got {lock_ttl}")
+        if status_row_ttl <= 0:
+            raise WriterError(f"status_row_ttl must be positive, got {status_row_ttl}")
         self.binlog_enabled = binlog
         self._lock_ttl_ms = int(lock_ttl * 1000)
+        self.status_row_ttl = status_row_ttl
         self._closed = False
         self._own_client = False
         if isinstance(tls, TLSFiles):
@@ -272,9 +281,18 @@ class Database:
         with self._pool_lock:
             self._idle_status.append(s)
 
-    def status_begin(self, start_ts: int, ttl_ms: int) -> None:
-        """The transaction's status row, ``pending`` with a lock TTL, committed on a status session."""
-        self._with_status_session(lambda s: s.call(lambda: self.status.begin_pending(s.conn, start_ts, ttl_ms)))
+    def status_begin(self, start_ts: int, ttl_ms: int, *, not_after_ms: int | None = None) -> None:
+        """The transaction's status row, ``pending`` with a lock TTL, committed on a status session.
+
+        StatusRowTooLateError (nothing written) when the clock is past `not_after_ms`."""
+        self._with_status_session(
+            lambda s: s.call(lambda: self.status.begin_pending(s.conn, start_ts, ttl_ms, not_after_ms=not_after_ms))
+        )
+
+    def status_row_first(self, start_ts: int) -> bool:
+        """True when `start_ts` is already half its status-row TTL old: its row goes before its P-binlog."""
+        age_ms = time.time() * 1000 - tso.physical(start_ts)
+        return age_ms >= self.status_row_ttl * 500
 
     def status_rollback(self, start_ts: int) -> None:
         try:

@@ -29,6 +29,7 @@ from common.dsn import parse_dsn
 from common.errors import BinlogError, ConfigError
 from common.logsetup import setup_logging
 from common.tls import client_tls_from_flags
+from common.txnstatus import DEFAULT_STATUS_ROW_TTL
 from upstream.workloads import WORKLOADS, Workload, WorkloadOptions, make_workload, runner
 
 log = logging.getLogger(__name__)
@@ -108,6 +109,15 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--seed", type=int, default=None, help="random seed (default: a random one, printed)")
     p.add_argument("--no-binlog", action="store_true", help="write without binlog (no pumps needed)")
     p.add_argument("--strategy", choices=STRATEGIES, default="range", help="pump selection (default range)")
+    p.add_argument(
+        "--lock-ttl", type=_duration, default=None, metavar="SECONDS",
+        help="lock TTL of a pending txn-status row (default: the writer's, 10s)",
+    )  # fmt: skip
+    p.add_argument(
+        "--status-row-ttl", type=_duration, default=DEFAULT_STATUS_ROW_TTL, metavar="SECONDS",
+        help="a transaction's txn-status row exists this long after its start_ts at the latest; "
+        f"the pumps' [upstream] status-row-ttl must be at least this (default {DEFAULT_STATUS_ROW_TTL:g}s)",
+    )  # fmt: skip
     p.add_argument("--ssl-ca", default="", metavar="FILE", help="CA certificate (PEM): TLS to etcd, pd-server, pumps")
     p.add_argument("--ssl-cert", default="", metavar="FILE", help="client certificate (PEM) for TLS")
     p.add_argument("--ssl-key", default="", metavar="FILE", help="client private key (PEM) for TLS")
@@ -246,14 +256,17 @@ def main(argv: list[str] | None = None) -> int:
 
     etcd = [u.strip() for u in args.etcd.split(",") if u.strip()]
     tls = client_tls_from_flags(args.ssl_ca, args.ssl_cert, args.ssl_key)  # ConfigError: one line, exit 2
+    ttl = {} if args.lock_ttl is None else {"lock_ttl": args.lock_ttl}
     try:
         db = Database(
             etcd,
             args.store,
             binlog=not args.no_binlog,
             strategy=args.strategy,
+            status_row_ttl=args.status_row_ttl,
             mysql_db_prefix=args.mysql_db_prefix,
             tls=tls,
+            **ttl,
         )
     except ConfigError:
         raise

@@ -3,7 +3,7 @@
 Prewrites that waited at least `resolve-interval` here are handed to
 `CommitResolver.resolve(prewrite, waited)` outside the sorter lock, as a minimal binlog (tp, start_ts
 and prewrite_key, kept by the sorter: no vlog read), `waited` being the seconds since start_ts in
-cluster time (so max-txn-timeout does not restart with the process):
+cluster time (so the status-row TTL and max-txn-timeout do not restart with the process):
 
 * COMMITTED  -> the storage writes the commit binlog itself (tp=Commit, start_ts, the resolver's
   commit_ts, prewrite_key copied) through the normal write path; the sorter pairs it like any other.

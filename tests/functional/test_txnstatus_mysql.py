@@ -12,11 +12,12 @@ import pytest
 
 from common.errors import CodecError, UnavailableError
 from common.pb import binlog_pb2
-from common.txnstatus import TABLE, TxnState, TxnStatus, TxnStatusConflictError, TxnStatusStore
+from common.txnstatus import TABLE, StatusRowTooLateError, TxnState, TxnStatus, TxnStatusConflictError, TxnStatusStore
 from pump.resolver import TxnStatusResolver
 from pump.storage.api import Resolution, Verdict
 from tests.harness.mysql import MySQLDSN
 from tools.procs import free_port
+from upstream.commit import prewrite_key
 
 pytestmark = pytest.mark.functional
 
@@ -37,6 +38,11 @@ class FakeClock:
 
 def prewrite(start_ts: int) -> binlog_pb2.Binlog:
     return binlog_pb2.Binlog(tp=binlog_pb2.Prewrite, start_ts=start_ts)
+
+
+def dml_prewrite(start_ts: int) -> binlog_pb2.Binlog:
+    """A transaction's prewrite as the pump's resolve pass hands it over: start_ts and its primary key."""
+    return binlog_pb2.Binlog(tp=binlog_pb2.Prewrite, start_ts=start_ts, prewrite_key=prewrite_key(1, 7))
 
 
 @pytest.fixture
@@ -162,7 +168,7 @@ def test_purge_and_malformed_rows(store: TxnStatusStore, writer: MySQLConn) -> N
 
 
 def test_resolver_verdicts(store: TxnStatusStore, writer: MySQLConn, clock: FakeClock) -> None:
-    resolver = TxnStatusResolver(store, max_txn_timeout=600.0, clock=clock)
+    resolver = TxnStatusResolver(store, max_txn_timeout=600.0, status_row_ttl=3600.0, clock=clock)
     try:
         writer.begin()
         for ts in (100, 200, 300, 400):
@@ -188,6 +194,60 @@ def test_resolver_verdicts(store: TxnStatusStore, writer: MySQLConn, clock: Fake
         assert resolver.stats.lookups == 6
     finally:
         resolver.close()
+
+
+def test_status_row_ttl_tombstone_first_then_the_writer_fails(
+    store: TxnStatusStore, writer: MySQLConn, clock: FakeClock
+) -> None:
+    """Default settings: no row 10 s after start_ts -> rolled back; the late writer can neither begin nor commit."""
+    resolver = TxnStatusResolver(store, clock=clock)  # closing it would close the store
+    assert resolver.resolve(dml_prewrite(100), 9.9).verdict is Verdict.WAIT
+    gave_up = resolver.resolve(dml_prewrite(100), 10.0)
+    assert gave_up == Resolution(Verdict.ROLLED_BACK, reason="no transaction status after 10s")
+    writer.begin()
+    with pytest.raises(TxnStatusConflictError, match="already rolled_back") as info:
+        store.begin_pending(writer, 100, TTL_MS)
+    assert info.value.retriable
+    writer.rollback()
+    writer.begin()
+    with pytest.raises(TxnStatusConflictError, match="was rolled back"):
+        store.mark_committed(writer, 100, 105)
+    writer.rollback()
+    assert store.get(100) == TxnStatus(100, TxnState.ROLLED_BACK)
+
+
+def test_status_row_ttl_writer_row_first_then_the_pump_waits_and_sees_the_commit(
+    store: TxnStatusStore, writer: MySQLConn, clock: FakeClock
+) -> None:
+    """The writer's uncommitted row locks its key: the pump's tombstone waits for it (here past the
+    store's lock-wait timeout), then finds the live row and leaves it; the commit wins."""
+    writer.begin()
+    store.begin_pending(writer, 100, TTL_MS)
+    assert store.get(100) is None  # not committed yet
+    with pytest.raises(UnavailableError, match="Lock wait timeout"):
+        store.rollback_abandoned(100, NOW_MS + 1)
+    writer.commit()
+    assert store.rollback_abandoned(100, NOW_MS + 1) == TxnStatus(100, TxnState.PENDING, 0, NOW_MS + TTL_MS)
+    resolver = TxnStatusResolver(store, clock=clock)
+    try:
+        assert resolver.resolve(dml_prewrite(100), 11.0).verdict is Verdict.WAIT  # past the TTL: the lock decides
+        writer.begin()
+        store.mark_committed(writer, 100, 105)
+        writer.commit()
+        assert resolver.resolve(dml_prewrite(100), 12.0) == Resolution(
+            Verdict.COMMITTED, 105, "committed in the txn-status store"
+        )
+    finally:
+        resolver.close()
+
+
+def test_begin_pending_refuses_a_late_row(store: TxnStatusStore, writer: MySQLConn) -> None:
+    writer.begin()
+    with pytest.raises(StatusRowTooLateError) as info:
+        store.begin_pending(writer, 100, TTL_MS, not_after_ms=NOW_MS - 1)
+    assert info.value.retriable
+    writer.commit()
+    assert store.get(100) is None
 
 
 def _store_connection_ids(admin: MySQLConn, database: str) -> set[int]:

@@ -12,9 +12,10 @@ import pytest
 from common.dsn import SqliteDSN
 from common.errors import CodecError
 from common.pb import binlog_pb2
-from common.txnstatus import TxnState, TxnStatus, TxnStatusConflictError, TxnStatusStore
+from common.txnstatus import DEFAULT_STATUS_ROW_TTL, TxnState, TxnStatus, TxnStatusConflictError, TxnStatusStore
 from pump.resolver import NullResolver, ResolverStats, TxnStatusResolver, open_resolver
 from pump.storage.api import CommitResolver, Resolution, Verdict
+from upstream.commit import prewrite_key
 
 NOW = 1_700_000_000.0
 NOW_MS = 1_700_000_000_000
@@ -31,6 +32,14 @@ class FakeClock:
 
 def prewrite(start_ts: int) -> binlog_pb2.Binlog:
     return binlog_pb2.Binlog(tp=binlog_pb2.Prewrite, start_ts=start_ts, prewrite_value=b"p")
+
+
+_WAIT_NO_ROW = Resolution(Verdict.WAIT, reason="no transaction status yet")
+
+
+def dml_prewrite(start_ts: int) -> binlog_pb2.Binlog:
+    """A transaction's prewrite as the pump's resolve pass hands it over: start_ts and its primary key."""
+    return binlog_pb2.Binlog(tp=binlog_pb2.Prewrite, start_ts=start_ts, prewrite_key=prewrite_key(1, 7))
 
 
 @pytest.fixture
@@ -129,8 +138,10 @@ def test_pending_with_expired_lock_is_rolled_back_and_written_back(
 
 
 def test_no_record_waits_then_rolls_back_at_max_txn_timeout(
-    resolver: TxnStatusResolver, store: TxnStatusStore, writer: sqlite3.Connection, caplog: pytest.LogCaptureFixture
+    store: TxnStatusStore, writer: sqlite3.Connection, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """max-txn-timeout bounds the wait for a status row when it is shorter than status-row-ttl."""
+    resolver = TxnStatusResolver(store, max_txn_timeout=600.0, status_row_ttl=3600.0, clock=clock)
     for waited in (1.0, 300.0, 599.9):
         assert resolver.resolve(prewrite(100), waited) == Resolution(Verdict.WAIT, reason="no transaction status yet")
     assert store.get(100) is None
@@ -142,6 +153,64 @@ def test_no_record_waits_then_rolls_back_at_max_txn_timeout(
     with pytest.raises(TxnStatusConflictError):
         store.mark_committed(writer, 100, 105)
     writer.rollback()
+
+
+def test_no_record_is_rolled_back_once_older_than_the_status_row_ttl(
+    resolver: TxnStatusResolver, store: TxnStatusStore, writer: sqlite3.Connection, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Default settings: a transaction with no status row 10 s after its start_ts is rolled back (not after
+    max-txn-timeout), and its writer, if alive, can neither write its row nor commit."""
+    assert DEFAULT_STATUS_ROW_TTL == 10.0
+    for waited in (0.5, 5.0, 9.99):
+        assert resolver.resolve(dml_prewrite(100), waited) == _WAIT_NO_ROW
+    assert store.get(100) is None
+    with caplog.at_level(logging.WARNING, logger="pump.resolver"):
+        res = resolver.resolve(dml_prewrite(100), 10.0)
+    assert res == Resolution(Verdict.ROLLED_BACK, reason="no transaction status after 10s")
+    assert "start_ts=100: no transaction status after 10s (limit 10.0s" in caplog.text
+    assert store.get(100) == TxnStatus(100, TxnState.ROLLED_BACK)  # tombstone
+    with pytest.raises(TxnStatusConflictError, match="already rolled_back") as info:
+        store.begin_pending(writer, 100, TTL_MS)
+    assert info.value.retriable
+    writer.rollback()
+    with pytest.raises(TxnStatusConflictError, match="was rolled back"):
+        store.mark_committed(writer, 100, 105)
+    writer.rollback()
+
+
+def test_status_row_ttl_is_configurable(store: TxnStatusStore, clock: FakeClock) -> None:
+    r = TxnStatusResolver(store, status_row_ttl=2.0, clock=clock)
+    assert r.resolve(dml_prewrite(100), 1.9).verdict is Verdict.WAIT
+    assert r.resolve(dml_prewrite(100), 2.0).verdict is Verdict.ROLLED_BACK
+    with pytest.raises(ValueError, match="status_row_ttl must be positive"):
+        TxnStatusResolver(store, status_row_ttl=0)
+
+
+def test_keyless_prewrite_a_ddl_still_waits_max_txn_timeout(
+    resolver: TxnStatusResolver, store: TxnStatusStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A DDL's prewrite has no prewrite_key and the writer writes no status row for a DDL."""
+    ddl = binlog_pb2.Binlog(tp=binlog_pb2.Prewrite, start_ts=100, ddl_job_id=3)
+    for waited in (10.0, 599.9):
+        assert resolver.resolve(ddl, waited).verdict is Verdict.WAIT
+    with caplog.at_level(logging.WARNING, logger="pump.resolver"):
+        assert resolver.resolve(ddl, 600.0).verdict is Verdict.ROLLED_BACK
+    assert "(limit 600.0s: max-txn-timeout, no prewrite_key)" in caplog.text
+
+
+def test_writer_row_in_time_then_the_ttl_passes_the_pump_waits_for_its_lock(
+    resolver: TxnStatusResolver, store: TxnStatusStore, writer: sqlite3.Connection, clock: FakeClock
+) -> None:
+    """The writer's row won the race: past the status-row TTL the pump follows the row's lock, not the TTL."""
+    store.begin_pending(writer, 100, 30_000)
+    writer.commit()
+    clock.now += 20
+    assert resolver.resolve(dml_prewrite(100), 20.0).verdict is Verdict.WAIT
+    store.mark_committed(writer, 100, 105)
+    writer.commit()
+    assert resolver.resolve(dml_prewrite(100), 21.0) == Resolution(
+        Verdict.COMMITTED, 105, "committed in the txn-status store"
+    )
 
 
 def test_no_record_then_status_appears(

@@ -14,14 +14,17 @@ from pathlib import Path
 
 import pytest
 
+from common import tso
 from common.dsn import MySQLDSN, SqliteDSN, parse_dsn
 from common.errors import CodecError, ConfigError, StorageClosedError, UnavailableError
 from common.txnstatus import (
     TABLE,
+    StatusRowTooLateError,
     TxnState,
     TxnStatus,
     TxnStatusConflictError,
     TxnStatusStore,
+    status_row_deadline_ms,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -429,3 +432,85 @@ def test_second_process_reads_the_same_file(store: TxnStatusStore, writer: sqlit
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == {"100": ["committed", 105], "200": None}
     writer.commit()
+
+
+# ---------------------------------------------------------------- status-row TTL: writer's row vs pump's tombstone
+
+
+def test_status_row_deadline_is_start_ts_physical_time_plus_the_ttl() -> None:
+    start_ts = tso.compose(NOW_MS, 7)
+    assert status_row_deadline_ms(start_ts, 10.0) == NOW_MS + 10_000
+    assert status_row_deadline_ms(start_ts, 0.25) == NOW_MS + 250
+    with pytest.raises(ValueError, match="start_ts must be positive"):
+        status_row_deadline_ms(0, 10.0)
+
+
+def test_begin_pending_refuses_a_row_later_than_the_status_row_deadline(
+    store: TxnStatusStore, writer: sqlite3.Connection
+) -> None:
+    with pytest.raises(StatusRowTooLateError, match="1 ms after the status-row TTL") as info:
+        store.begin_pending(writer, 100, 3000, not_after_ms=NOW_MS - 1)
+    assert info.value.retriable
+    assert info.value.start_ts == 100
+    writer.rollback()
+    assert store.get(100) is None  # nothing written
+    committed_write(store, writer, "begin_pending", 100, 3000)  # no deadline: written
+    store.begin_pending(writer, 200, 3000, not_after_ms=NOW_MS)  # at the deadline: still in time
+    writer.commit()
+    assert store.get(200) == TxnStatus(200, TxnState.PENDING, 0, NOW_MS + 3000)
+
+
+def test_pump_tombstone_first_then_the_writers_row_and_commit_fail(
+    store: TxnStatusStore, writer: sqlite3.Connection
+) -> None:
+    assert store.rollback_abandoned(100, NOW_MS) == TxnStatus(100, TxnState.ROLLED_BACK)
+    with pytest.raises(TxnStatusConflictError, match="already rolled_back; cannot begin it again") as info:
+        store.begin_pending(writer, 100, 3000)
+    assert info.value.retriable  # rolled back: run the transaction again with a new start_ts
+    writer.rollback()
+    with pytest.raises(TxnStatusConflictError, match="was rolled back") as info:
+        store.mark_committed(writer, 100, 105)
+    assert info.value.retriable
+    writer.rollback()
+    assert store.get(100) == TxnStatus(100, TxnState.ROLLED_BACK)
+
+
+def test_conflict_with_a_committed_row_is_not_retriable(store: TxnStatusStore, writer: sqlite3.Connection) -> None:
+    committed_write(store, writer, "mark_committed", 100, 105)
+    with pytest.raises(TxnStatusConflictError, match="already committed") as info:
+        store.begin_pending(writer, 100, 3000)
+    assert not info.value.retriable
+    writer.rollback()
+
+
+def test_writers_row_first_then_the_pump_finds_it_and_leaves_it(
+    store: TxnStatusStore, writer: sqlite3.Connection
+) -> None:
+    """The writer's uncommitted row holds sqlite's write lock: the pump's tombstone waits for it,
+    then finds the row (a live lock) and writes nothing; the writer then commits."""
+    store.begin_pending(writer, 100, 3000)  # transaction left open: the row is not visible yet
+    assert store.get(100) is None
+    started = threading.Event()
+
+    def give_up() -> TxnStatus:
+        started.set()
+        return store.rollback_abandoned(100, NOW_MS + 1)
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        future = pool.submit(give_up)
+        assert started.wait(5)
+        writer.commit()
+        assert future.result(timeout=10) == TxnStatus(100, TxnState.PENDING, 0, NOW_MS + 3000)
+    committed_write(store, writer, "mark_committed", 100, 105)
+    assert store.get(100) == TxnStatus(100, TxnState.COMMITTED, 105, NOW_MS + 3000)
+
+
+def test_a_row_that_lands_late_is_marked_rolled_back(db_path: Path, writer: sqlite3.Connection) -> None:
+    """The write itself may wait for a lock past the deadline: the row is then rolled back at once."""
+    readings = iter([NOW, NOW + 1.0])  # before the write: in time; after it: 500 ms late
+    with TxnStatusStore(SqliteDSN(db_path), clock=lambda: next(readings)) as slow:
+        slow.ensure_schema()
+        with pytest.raises(StatusRowTooLateError, match=r"500 ms after the status-row TTL.*marked rolled back"):
+            slow.begin_pending(writer, 100, 3000, not_after_ms=NOW_MS + 500)
+        writer.commit()
+        assert slow.get(100) == TxnStatus(100, TxnState.ROLLED_BACK, 0, NOW_MS + 3000)

@@ -9,7 +9,8 @@ Status sessions (:meth:`SqliteStore.status_session`) run with ``synchronous = NO
 pending or rolled-back row is not fsynced on its own.  In WAL mode a power loss can only
 lose a suffix of such commits, and the next data commit (``synchronous = FULL``) makes every
 earlier one durable, so a lost row belongs to a transaction whose data never committed;
-the pump then finds no row and drops the prewrite after ``max-txn-timeout`` (DESIGN §5).
+the pump then finds no row and drops the prewrite once its start_ts is the status-row TTL old
+(:data:`common.txnstatus.DEFAULT_STATUS_ROW_TTL`, DESIGN §5).
 """
 
 from __future__ import annotations
