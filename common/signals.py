@@ -27,16 +27,17 @@ _QUIT = 0
 
 
 class SignalWatcher:
-    """Installs handlers for `signals` (main thread only) that hand each one to `on_signal` on a thread."""
+    """Installs handlers for `signals` (main thread only) that hand each one to `on_signal` on a thread;
+    close() puts the previous handlers back."""
 
     def __init__(self, on_signal: Callable[[int], None], signals: Iterable[int] = STOP_SIGNALS) -> None:
         self._on_signal = on_signal
         self._read_fd, self._write_fd = os.pipe()
         os.set_blocking(self._write_fd, False)  # a full pipe drops a signal instead of blocking the handler
+        self._closed = False
         self._thread = threading.Thread(target=self._run, name="signals", daemon=True)
         self._thread.start()
-        for signum in signals:
-            signal.signal(signum, self._handler)
+        self._previous = {signum: signal.signal(signum, self._handler) for signum in signals}
 
     def _handler(self, signum: int, frame: FrameType | None) -> None:
         with contextlib.suppress(OSError):  # pipe full: a stop is already under way
@@ -59,10 +60,18 @@ class SignalWatcher:
                     log.exception("handling signal %d failed", signum)
 
     def close(self) -> None:
-        """Stop the thread; later signals are dropped (the handlers stay). Idempotent.
+        """Put the previous handlers back and stop the thread (main thread only). Idempotent.
 
-        The pipe stays open: a handler may still write to it, and a closed descriptor's number could
-        by then belong to another file."""
+        The handler runs only in the main thread, so once close() (also in the main thread) has put
+        the previous handlers back, nothing writes to the pipe any more and it can be closed."""
+        if self._closed:
+            return
+        self._closed = True
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
         with contextlib.suppress(OSError):
             os.write(self._write_fd, bytes([_QUIT]))
         self._thread.join(timeout=5)
+        os.close(self._write_fd)
+        if not self._thread.is_alive():  # else a callback is stuck: its read end stays open
+            os.close(self._read_fd)

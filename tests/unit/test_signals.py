@@ -40,3 +40,27 @@ def test_sigterm_while_the_main_thread_holds_the_event_lock_is_handled() -> None
 def test_the_same_sigterm_deadlocks_a_handler_that_sets_the_event() -> None:
     # the hazard the watcher removes is real: the handler re-enters the Event's plain Lock and hangs for good
     assert _run("handler", 5) is None
+
+
+def test_close_puts_the_previous_handler_back_and_a_later_signal_reaches_it() -> None:
+    script = textwrap.dedent(
+        """
+        import os, signal, sys, threading
+        from common.signals import SignalWatcher
+
+        got = []
+        seen = threading.Event()
+        signal.signal(signal.SIGUSR1, lambda signum, frame: got.append("previous"))
+        watcher = SignalWatcher(lambda signum: (got.append(signum), seen.set()), signals=(signal.SIGUSR1,))
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert seen.wait(5), "the watcher's thread never saw the signal"
+        watcher.close()
+        watcher.close()  # idempotent
+        os.kill(os.getpid(), signal.SIGUSR1)
+        for _ in range(10_000):
+            pass
+        sys.exit(0 if got == [signal.SIGUSR1, "previous"] else 3)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], timeout=30, capture_output=True, check=False)
+    assert done.returncode == 0, done.stderr
