@@ -233,6 +233,10 @@ class PDServer:
                         raise UnavailableError(f"cannot load the TSO window: {exc}") from exc
                     self._stop.wait(0.5)
                     continue
+                if self._stop.is_set():  # close() began meanwhile: do not leave a leader key behind
+                    term.end()
+                    self._etcd.revoke_lease(lease_id)
+                    return False
                 self._term = term
                 log.info(
                     "became pd leader (lease %x); timestamps start above the saved window %d",
@@ -301,8 +305,8 @@ class PDServer:
     def close(self, grace: float = 2.0) -> None:
         """Stop serving, stop threads, give up the leader key. Idempotent.
 
-        Bounded even while etcd does not answer: about `grace` + 1 + `_CLOSE_THREADS_BOUND` +
-        `_REVOKE_BOUND` seconds at most."""
+        Bounded even while etcd does not answer: `grace` + 1 + `_CLOSE_THREADS_BOUND` + `_REVOKE_BOUND`
+        seconds at most (a second `_REVOKE_BOUND` only for a term a campaign won while close() began)."""
         if self._closed:
             return
         self._closed = True
@@ -320,8 +324,11 @@ class PDServer:
             t.join(timeout=max(0.0, deadline - time.monotonic()))
             if t.is_alive():
                 log.warning("close: thread %s is still in an etcd call; leaving it (daemon)", t.name)
-        if term is not None:
-            self._give_up_leadership(term.lease_id)
+        late, self._term = self._term, None  # a campaign that won while close() began
+        for ended in (term, late):
+            if ended is not None:
+                ended.end()
+                self._give_up_leadership(ended.lease_id)
         if started:
             log.info("pd-server stopped")
 
