@@ -1,9 +1,10 @@
 """What the pump and drainer mains and apps share: the run loop of a daemon and its shutdown steps.
 
 `run_daemon` is the whole body of a daemon's `main` after its config is parsed: log set-up,
-warnings for ignored keys, SIGTERM / SIGINT -> `app.request_pause()`, `start()` (a failure is
-one line on stderr and exit status 1, or 2 for a ConfigError: the decorator `run_command` of the main
-prints it), then `run()` whose result is the exit status.
+warnings for ignored keys, SIGTERM / SIGINT -> `app.request_pause()` (on a thread of
+common/signals.py, never inside the signal handler), `start()` (a failure is one line on stderr and
+exit status 1, or 2 for a ConfigError: the decorator `run_command` of the main prints it), then
+`run()` whose result is the exit status.
 
 systemd (Type=notify, common/sdnotify.py): READY=1 goes out once `start()` has returned, and
 `start()` returns only after the gRPC and HTTP servers listen and the node is registered, so a
@@ -20,7 +21,6 @@ import logging
 import signal
 import sys
 from collections.abc import Callable, Iterable
-from types import FrameType
 from typing import Protocol, TypeVar
 
 from common.cli import fail
@@ -28,6 +28,7 @@ from common.config import dump
 from common.errors import BinlogError, ConfigError, UnavailableError
 from common.logsetup import setup_logging
 from common.sdnotify import Notifier
+from common.signals import SignalWatcher
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -84,7 +85,7 @@ def run_daemon(
     try:
         app = make_app()
 
-        def on_signal(signum: int, frame: FrameType | None) -> None:
+        def on_signal(signum: int) -> None:  # on the watcher's thread: never re-enters a lock main holds
             nonlocal stopping
             name = signal.Signals(signum).name
             log.info("received %s: pausing", name)
@@ -92,19 +93,21 @@ def run_daemon(
             systemd.stopping(f"{prog}: {name} received, shutting down")
             app.request_pause()
 
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
+        signals = SignalWatcher(on_signal)
         try:
-            app.start()
-        except ConfigError as exc:  # found only at start (a data-dir that cannot be a directory): exit 2
-            log.error("%s cannot start: %s", prog, exc)
-            raise
-        except (BinlogError, OSError) as exc:
-            log.error("%s failed to start: %s", prog, exc)
-            return fail(prog, str(exc), status=1)
-        if not stopping:  # a signal during start-up already said STOPPING: READY would contradict it
-            systemd.ready(f"{prog}: serving")
-        return app.run()
+            try:
+                app.start()
+            except ConfigError as exc:  # found only at start (a data-dir that cannot be a directory): exit 2
+                log.error("%s cannot start: %s", prog, exc)
+                raise
+            except (BinlogError, OSError) as exc:
+                log.error("%s failed to start: %s", prog, exc)
+                return fail(prog, str(exc), status=1)
+            if not stopping:  # a signal during start-up already said STOPPING: READY would contradict it
+                systemd.ready(f"{prog}: serving")
+            return app.run()
+        finally:
+            signals.close()
     finally:
         if watchdog is not None:
             watchdog.stop()

@@ -243,8 +243,17 @@ class EtcdClient:
         return self.call(f"refresh lease {lease_id}", op, retry_for=min(self.retry_for, 1.0))
 
     def revoke_lease(self, lease_id: int) -> None:
+        """Revoke a lease (deleting its keys); best effort for 1 s, and done at once if it already expired."""
+
+        def op() -> None:
+            try:
+                self._client.revoke_lease(lease_id)
+            except grpc.RpcError as exc:
+                if not (hasattr(exc, "code") and exc.code() is grpc.StatusCode.NOT_FOUND):
+                    raise  # NOT_FOUND: the lease expired already, which is what revoking wants
+
         with contextlib.suppress(EtcdUnavailableError):
-            self.call(f"revoke lease {lease_id}", lambda: self._client.revoke_lease(lease_id), retry_for=1.0)
+            self.call(f"revoke lease {lease_id}", op, retry_for=1.0)
 
     # -- watch ------------------------------------------------------------
     def watch_prefix(self, prefix: str, on_event: Callable[[WatchEvent], None]) -> PrefixWatcher:

@@ -29,7 +29,15 @@ _REFRESH_MARGIN_MS = 1000
 
 
 class TsoAllocator:
-    """Thread-safe allocator of TSO ranges."""
+    """Thread-safe allocator of TSO ranges.
+
+    Locking: `_lock` guards the in-memory state and is never held while calling out.  The persist
+    callback may block on etcd for seconds and may end the term (call `invalidate()`), so it runs
+    outside `_lock`, under `_save_lock` only, which orders saves and which `allocate()` and
+    `invalidate()` never take: a stuck save delays neither, and a save's callback may call any method
+    except `tick()`.  Only `tick()` saves; `allocate()` never does I/O, and refuses to hand out a
+    physical part at or past the saved upper bound (the caller retries once `tick()` saved more).
+    """
 
     def __init__(
         self,
@@ -45,12 +53,13 @@ class TsoAllocator:
         self._clock = clock
         self._save_interval = save_interval_ms
         self._lock = threading.Lock()
+        self._save_lock = threading.Lock()
         start = max(clock(), last_saved_upper_ms + 1)
         self._physical = start
         self._logical = 0
-        self._saved_upper = 0
         self._valid = True
-        self._save(start + save_interval_ms)
+        persist(start + save_interval_ms)  # no other thread knows this allocator yet
+        self._saved_upper = start + save_interval_ms
         log.info("tso allocator starts at physical=%d (last saved upper %d)", start, last_saved_upper_ms)
 
     @property
@@ -62,7 +71,7 @@ class TsoAllocator:
         return self._valid
 
     def invalidate(self) -> None:
-        """Stop for good: this allocator's term is over (leadership lost). Idempotent."""
+        """Stop for good: this allocator's term is over (leadership lost). Idempotent; never waits for a save."""
         with self._lock:
             self._valid = False
 
@@ -70,15 +79,12 @@ class TsoAllocator:
         if not self._valid:
             raise UnavailableError("this TSO allocator's leadership term is over")
 
-    def _save(self, upper: int) -> None:
-        self._persist(upper)  # raises on failure: nothing beyond the old window is handed out
-        self._saved_upper = upper
-
-    def _advance(self, new_physical: int) -> None:
-        if new_physical >= self._saved_upper:
-            self._save(new_physical + self._save_interval)
-        self._physical = new_physical
-        self._logical = 0
+    def _follow_clock(self) -> None:
+        """Move the physical part up to the clock, but never to or past the saved upper bound (`_lock` held)."""
+        target = min(self._clock(), self._saved_upper - 1)
+        if target > self._physical:
+            self._physical = target
+            self._logical = 0
 
     def allocate(self, count: int = 1) -> int:
         """Reserve `count` consecutive timestamps; return the first."""
@@ -87,17 +93,31 @@ class TsoAllocator:
         with self._lock:
             self._check_valid()
             if self._logical + count >= MAX_LOGICAL:
-                self._advance(max(self._clock(), self._physical + 1))
+                physical = max(self._clock(), self._physical + 1)
+                if physical >= self._saved_upper:
+                    raise UnavailableError(
+                        f"the TSO window up to {self._saved_upper} ms is used up and the next one is not saved yet"
+                    )
+                self._physical = physical
+                self._logical = 0
             first = tso.compose(self._physical, self._logical)
             self._logical += count
             return first
 
     def tick(self) -> None:
-        """Follow the wall clock and persist the window ahead of time (call every ~50 ms)."""
-        with self._lock:
-            self._check_valid()
-            now = self._clock()
-            if now > self._physical:
-                self._advance(now)
-            if self._saved_upper - self._physical < _REFRESH_MARGIN_MS:
-                self._save(self._physical + self._save_interval)
+        """Follow the wall clock and persist the window ahead of time (call every ~50 ms).
+
+        Raises what the persist callback raises; nothing beyond the saved window is handed out then.
+        """
+        with self._save_lock:
+            with self._lock:
+                self._check_valid()
+                self._follow_clock()
+                ahead = max(self._clock(), self._physical)
+                if self._saved_upper - ahead >= _REFRESH_MARGIN_MS:
+                    return
+            upper = ahead + self._save_interval
+            self._persist(upper)  # outside _lock: may block on etcd, may end the term
+            with self._lock:
+                self._saved_upper = max(self._saved_upper, upper)
+                self._follow_clock()

@@ -5,7 +5,8 @@
 Config: defaults < `--config pd.toml` < PD_* environment < flags.  A bad
 value (an unusable `[security]` file too) exits with status 2 and one line on stderr; an unreachable
 etcd, or an `addr` another program listens on, with status 1 and one line.
-SIGTERM / SIGINT stop the server and give up the leader key.
+SIGTERM / SIGINT stop the server and give up the leader key, within seconds even while etcd does not
+answer (the lease then expires by itself).
 
 Under systemd (Type=notify): READY=1 once the gRPC port serves and this server holds /pd/leader,
 STOPPING=1 when a signal begins the stop, WATCHDOG=1 pings when WatchdogSec is set (common/sdnotify.py).
@@ -18,7 +19,6 @@ import os
 import signal
 import sys
 import threading
-from types import FrameType
 
 from common.cli import fail
 from common.config import ArgumentParser, add_flags, dump, load_args, run_command
@@ -26,6 +26,7 @@ from common.errors import ConfigError, ListenError, UnavailableError
 from common.etcd import EtcdClient
 from common.logsetup import setup_logging
 from common.sdnotify import Notifier
+from common.signals import SignalWatcher
 from pd.config import PDConfig
 from pd.server import PDServer
 
@@ -63,16 +64,6 @@ def _serve(cfg: PDConfig, systemd: Notifier) -> int:
     except ConfigError as exc:
         return fail("pd-server", str(exc))
     stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        name = signal.Signals(signum).name
-        log.info("received %s", name)
-        systemd.stopping(f"pd-server: {name} received, shutting down")
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-
     server = PDServer(
         etcd,
         cfg.addr,
@@ -82,6 +73,22 @@ def _serve(cfg: PDConfig, systemd: Notifier) -> int:
         clock_skew_ms=int(os.environ.get(CLOCK_SKEW_ENV, "0") or 0),
         tls=tls,
     )
+
+    def on_signal(signum: int) -> None:  # on the watcher's thread, not in the signal handler
+        name = signal.Signals(signum).name
+        log.info("received %s", name)
+        systemd.stopping(f"pd-server: {name} received, shutting down")
+        stop.set()
+        server.request_stop()  # a campaign still under way in start() gives up
+
+    signals = SignalWatcher(on_signal)
+    try:
+        return _run(server, etcd, stop, systemd)
+    finally:
+        signals.close()
+
+
+def _run(server: PDServer, etcd: EtcdClient, stop: threading.Event, systemd: Notifier) -> int:
     try:
         server.start()
     except ConfigError as exc:
@@ -97,8 +104,8 @@ def _serve(cfg: PDConfig, systemd: Notifier) -> int:
     try:
         stop.wait()
     finally:
-        server.close()
-        etcd.close()
+        server.close()  # bounded, also while etcd does not answer
+        etcd.close()  # cancels etcd calls still in flight in pd-server's daemon threads
     return 0
 
 

@@ -16,7 +16,16 @@ A leadership *term* owns one token, one lease and one allocator.  Timestamps
 are handed out only while the term is valid and its lease is known to be
 alive (a local deadline measured from when the last keep-alive was *sent*).
 When the lease is lost the term's allocator is invalidated for good, and a new
-campaign starts a new term with a fresh allocator loaded from etcd.
+campaign starts a new term with a fresh allocator loaded from etcd; it starts
+above the last saved window, so timestamps keep rising across terms.
+
+Locks and etcd: no lock is held across an etcd call (the allocator persists its
+window outside its own lock, see pd/allocator.py), so an etcd that stops
+answering delays the tick and lease threads, never a TSO request or `close()`.
+`close()` is bounded: it waits at most `_CLOSE_THREADS_BOUND` s for the threads
+and `_REVOKE_BOUND` s for giving up the leader key (the lease expires by itself
+otherwise); the caller then closes the etcd client, which cancels calls still
+in flight.
 """
 
 from __future__ import annotations
@@ -47,6 +56,10 @@ log = logging.getLogger(__name__)
 DEFAULT_LEASE_TTL = 3
 DEFAULT_CAMPAIGN_TIMEOUT = 30.0
 _TICK_INTERVAL = 0.05
+_CLOSE_THREADS_BOUND = 2.0
+"""Seconds close() waits for the tick and lease threads (they may sit in an etcd call; they are daemons)."""
+_REVOKE_BOUND = 2.0
+"""Seconds close() waits for the leader lease to be revoked before leaving it to expire."""
 
 
 def ensure_cluster_id(etcd: EtcdClient) -> int:
@@ -142,6 +155,7 @@ class PDServer:
         self._campaign_timeout = campaign_timeout
         self._clock_skew_ms = clock_skew_ms
         self._stop = threading.Event()
+        self._closed = False
         self._grpc: grpc.Server | None = None
         self._threads: list[threading.Thread] = []
         self._term: _Term | None = None
@@ -172,7 +186,9 @@ class PDServer:
             raise ListenError(f"addr: cannot listen on {self._addr}")
         self.advertise = self._advertise_cfg or f"{host}:{self.port}"
         self._grpc.start()  # serves UNAVAILABLE until the campaign is won
-        self._campaign(deadline=time.monotonic() + self._campaign_timeout)
+        if not self._campaign(deadline=time.monotonic() + self._campaign_timeout):
+            log.info("pd-server asked to stop before it became the leader")
+            return
         log.info(
             "pd-server serving cluster %d at %s%s (pid %d)",
             self.cluster_id,
@@ -186,13 +202,19 @@ class PDServer:
             self._threads.append(t)
         self._started = True
 
+    def request_stop(self) -> None:
+        """Ask start() and the background threads to stop soon (from any thread; close() does the rest)."""
+        self._stop.set()
+
     def serving_allocator(self) -> TsoAllocator | None:
         term = self._term
         return None if term is None else term.serving()
 
     # -- leadership -------------------------------------------------------
-    def _campaign(self, deadline: float) -> None:
-        """Win /pd/leader (waiting for a dead leader's lease to expire), then load the window."""
+    def _campaign(self, deadline: float) -> bool:
+        """Win /pd/leader (waiting for a dead leader's lease to expire), then load the window.
+
+        True once this server leads; False when asked to stop first."""
         waited_for = ""
         while not self._stop.is_set():
             info = LeaderInfo(self.advertise, self.cluster_id, uuid.uuid4().hex)
@@ -211,9 +233,17 @@ class PDServer:
                         raise UnavailableError(f"cannot load the TSO window: {exc}") from exc
                     self._stop.wait(0.5)
                     continue
+                if self._stop.is_set():  # close() began meanwhile: do not leave a leader key behind
+                    term.end()
+                    self._etcd.revoke_lease(lease_id)
+                    return False
                 self._term = term
-                log.info("became pd leader (lease %x)", lease_id)
-                return
+                log.info(
+                    "became pd leader (lease %x); timestamps start above the saved window %d",
+                    lease_id,
+                    last,
+                )
+                return True
             self._etcd.revoke_lease(lease_id)
             kv = self._etcd.get(LEADER_KEY)
             holder = kv.value.decode() if kv else "?"
@@ -223,6 +253,7 @@ class PDServer:
             if time.monotonic() > deadline:
                 raise UnavailableError(f"another pd-server holds {LEADER_KEY}: {holder}")
             self._stop.wait(0.5)
+        return False
 
     def _clock(self) -> int:
         return now_ms() + self._clock_skew_ms
@@ -272,21 +303,45 @@ class PDServer:
                 self._etcd.revoke_lease(term.lease_id)
 
     def close(self, grace: float = 2.0) -> None:
-        """Stop serving, stop threads, give up the leader key. Idempotent."""
-        if self._stop.is_set():
+        """Stop serving, stop threads, give up the leader key. Idempotent.
+
+        Bounded even while etcd does not answer: `grace` + 1 + `_CLOSE_THREADS_BOUND` + `_REVOKE_BOUND`
+        seconds at most (a second `_REVOKE_BOUND` only for a term a campaign won while close() began)."""
+        if self._closed:
             return
+        self._closed = True
         started = self._started  # a start that failed says so itself; no shutdown chatter then
         if started:
             log.info("pd-server stopping")
         self._stop.set()
         term, self._term = self._term, None
         if term is not None:
-            term.end()
+            term.end()  # no TSO leaves from here on
         if self._grpc is not None:
             self._grpc.stop(grace).wait(grace + 1)
+        deadline = time.monotonic() + _CLOSE_THREADS_BOUND
         for t in self._threads:
-            t.join(timeout=5)
-        if term is not None:
-            self._etcd.revoke_lease(term.lease_id)
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
+            if t.is_alive():
+                log.warning("close: thread %s is still in an etcd call; leaving it (daemon)", t.name)
+        late, self._term = self._term, None  # a campaign that won while close() began
+        for ended in (term, late):
+            if ended is not None:
+                ended.end()
+                self._give_up_leadership(ended.lease_id)
         if started:
             log.info("pd-server stopped")
+
+    def _give_up_leadership(self, lease_id: int) -> None:
+        """Revoke the leader lease (deleting /pd/leader), waiting at most `_REVOKE_BOUND` s for etcd."""
+        revoker = threading.Thread(target=self._etcd.revoke_lease, args=(lease_id,), name="pd-revoke", daemon=True)
+        revoker.start()
+        revoker.join(_REVOKE_BOUND)
+        if revoker.is_alive():
+            log.warning(
+                "close: etcd did not answer within %.0fs; %s goes away when lease %x expires (ttl %d s)",
+                _REVOKE_BOUND,
+                LEADER_KEY,
+                lease_id,
+                self._lease_ttl,
+            )

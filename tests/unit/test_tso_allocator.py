@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import pytest
 
@@ -133,3 +134,102 @@ def test_concurrent_allocations_are_unique() -> None:
     for r in results:
         assert r == sorted(r)
         assert len(set(r)) == len(r)
+
+
+def _in_thread(fn: Callable[[], object], deadline: float = 5.0) -> tuple[threading.Thread, list[BaseException]]:
+    """Run `fn` in a daemon thread and join it with a deadline; a deadlocked call leaves it alive."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            fn()
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(deadline)
+    return thread, errors
+
+
+def test_a_persist_failure_that_ends_the_term_does_not_deadlock_tick() -> None:
+    # pd-server's window saver ends the term (invalidate()) when the leader-guarded put fails
+    clock = FakeClock(10_000)
+    store = Store()
+    allocators: list[TsoAllocator] = []
+
+    def persist(upper: int) -> None:
+        if store.fail:
+            allocators[0].invalidate()
+            raise UnavailableError("lost pd leadership while saving the TSO window")
+        store.persist(upper)
+
+    alloc = TsoAllocator(0, persist, clock=clock)
+    allocators.append(alloc)
+    store.fail = True
+    clock.ms = alloc.saved_upper + 5
+    thread, errors = _in_thread(alloc.tick)
+    assert not thread.is_alive(), "tick() deadlocked: the failed save ended the term under the allocator's lock"
+    assert len(errors) == 1
+    assert isinstance(errors[0], UnavailableError)
+    assert not alloc.valid
+    thread, errors = _in_thread(alloc.allocate)
+    assert not thread.is_alive(), "allocate() blocked after the term ended"
+    assert len(errors) == 1
+    assert "term is over" in str(errors[0])
+
+
+def test_allocate_does_not_wait_for_a_slow_persist() -> None:
+    # a save stuck on a frozen etcd must not hold up timestamps inside the saved window, nor invalidate()
+    clock = FakeClock(10_000)
+    release = threading.Event()
+    entered = threading.Event()
+    slow = [False]
+
+    def persist(upper: int) -> None:
+        if slow[0]:
+            entered.set()
+            release.wait(30)
+
+    alloc = TsoAllocator(0, persist, clock=clock)
+    slow[0] = True
+    clock.ms = alloc.saved_upper - 500  # within the refresh margin: tick() saves a new window
+    ticker = threading.Thread(target=alloc.tick, daemon=True)
+    ticker.start()
+    try:
+        assert entered.wait(5)
+        thread, errors = _in_thread(alloc.allocate)
+        assert not thread.is_alive(), "allocate() waited for the persist call"
+        assert not errors
+        thread, errors = _in_thread(alloc.invalidate)
+        assert not thread.is_alive(), "invalidate() waited for the persist call"
+        assert not errors
+    finally:
+        release.set()
+        ticker.join(5)
+    assert not alloc.valid
+
+
+def test_timestamps_past_an_unsaved_window_are_refused_not_waited_for() -> None:
+    store, clock = Store(), FakeClock(10_000)
+    alloc = TsoAllocator(0, store.persist, clock=clock)
+    upper = alloc.saved_upper
+    store.fail = True
+    clock.ms = upper + 100
+    with pytest.raises(UnavailableError):
+        alloc.tick()
+    handed: list[int] = []
+    refused: UnavailableError | None = None
+    for _ in range(3 * tso.MAX_LOGICAL):
+        try:
+            handed.append(alloc.allocate(1000))
+        except UnavailableError as exc:
+            refused = exc
+            break
+    assert refused is not None
+    assert "window" in str(refused)
+    assert handed
+    assert max(tso.physical(ts) for ts in handed) < upper
+    store.fail = False
+    alloc.tick()  # etcd answers again: the window moves on and timestamps flow
+    assert tso.physical(alloc.allocate()) >= upper
