@@ -12,6 +12,7 @@ import contextlib
 import ctypes
 import logging
 import os
+import random
 import re
 import shutil
 import signal
@@ -62,19 +63,56 @@ def swap_port(argv: Sequence[str], host: str, old: int, new: int) -> list[str]:
     return [pattern.sub(f"{host}:{new}", a) for a in argv]
 
 
+_EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_LOWEST_PICKED_PORT = 10000
+"""Ports are picked in [10000, start of the kernel's ephemeral range): a port handed out by bind(0) is
+an ephemeral one, and any outgoing connection of any process may take it as its source port before
+our process listens on it (or between a stop and a restart on the same port)."""
+
+
+def _pickable_range() -> range | None:
+    try:
+        low = int(_EPHEMERAL_RANGE_FILE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return range(_LOWEST_PICKED_PORT, low) if low - _LOWEST_PICKED_PORT >= 1000 else None
+
+
+def _bound_sockets(n: int, host: str) -> list[socket.socket]:
+    """`n` sockets bound to distinct free ports of `host`, below the ephemeral range where it can be."""
+    socks: list[socket.socket] = []
+    pickable = _pickable_range()
+    try:
+        for port in random.sample(pickable, min(len(pickable), 50 * n)) if pickable else []:
+            if len(socks) == n:
+                break
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                s.bind((host, port))
+            except OSError:
+                s.close()
+                continue
+            socks.append(s)
+        while len(socks) < n:  # no usable range, or it is full: let the kernel choose
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((host, 0))
+            socks.append(s)
+    except BaseException:
+        for s in socks:
+            s.close()
+        raise
+    return socks
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free right now on `host`."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    """A TCP port that is free right now on `host`, outside the kernel's ephemeral range."""
+    return free_ports(1, host)[0]
 
 
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
     """`n` distinct TCP ports that are free right now (all bound at once, so none is handed out twice)."""
-    socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(n)]
+    socks = _bound_sockets(n, host)
     try:
-        for s in socks:
-            s.bind((host, 0))
         return [int(s.getsockname()[1]) for s in socks]
     finally:
         for s in socks:

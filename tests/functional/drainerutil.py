@@ -10,7 +10,6 @@ row.
 from __future__ import annotations
 
 import shutil
-import socket
 import threading
 import uuid
 from concurrent.futures import Future
@@ -26,7 +25,7 @@ from common.pd_client import TSOClient, read_cluster_id
 from pump_client import PumpsClient
 from tests.functional.pumputil import PumpClient
 from tools.localcluster import DrainerProcess, EtcdProcess, PDProcess, PumpProcess, TLSSettings
-from tools.procs import ManagedProcess, wait_for
+from tools.procs import ManagedProcess, free_ports, wait_for
 from upstream.database import Database
 from upstream.workloads.runner import run
 
@@ -82,14 +81,7 @@ def run_side_by_side(db: Database, workloads: dict[str, Any], *, threads: int, s
 
 def distinct_ports(n: int) -> list[int]:
     """`n` different ports free right now (`free_port()` twice in a row can return the same port)."""
-    socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+    return free_ports(n)
 
 
 def fork_safe(proc: ManagedProcess) -> None:

@@ -14,11 +14,15 @@ from tools.procs import ManagedProcess, ProcessError, free_port
 
 pytestmark = pytest.mark.functional
 ROOT = Path(__file__).resolve().parents[2]
+RECORD_DB_ENV = "HARNESS_TEST_RECORD_DB"
+"""A file the child test below writes its database's name to (set by the test that checks the drop)."""
 
 
 def test_mysql_db_is_a_fresh_database_that_works(mysql_db: MySQLDSN) -> None:
     assert mysql_db.database is not None
     assert mysql_db.database.startswith("t_")
+    if record := os.environ.get(RECORD_DB_ENV):
+        Path(record).write_text(mysql_db.database)
     conn = mysql_db.connect()
     try:
         with conn.cursor() as cur:
@@ -32,27 +36,28 @@ def test_mysql_db_is_a_fresh_database_that_works(mysql_db: MySQLDSN) -> None:
         conn.close()
 
 
-def test_each_test_database_is_dropped_afterwards(mysql_server: MySQLDSN) -> None:
-    # run a test that uses mysql_db in a child pytest, then check its database is gone
+def test_each_test_database_is_dropped_afterwards(mysql_server: MySQLDSN, tmp_path: Path) -> None:
+    # run a test that uses mysql_db in a child pytest, then check its own database is gone (other
+    # tests, on the other xdist worker, create and drop databases of their own meanwhile)
     marker = ROOT / "tests" / "functional" / "test_harness.py::test_mysql_db_is_a_fresh_database_that_works"
+    record = tmp_path / "database"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(marker)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        check=False,
+        env={**os.environ, RECORD_DB_ENV: str(record)},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    name = record.read_text()
+    assert name.startswith("t_")
     conn = mysql_server.connect()
     try:
         with conn.cursor() as cur:
-            cur.execute("SHOW DATABASES LIKE 't\\_%'")
-            before = {row[0] for row in cur.fetchall()}
-        done = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(marker)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=ROOT,
-            check=False,
-        )
-        assert done.returncode == 0, done.stdout + done.stderr
-        with conn.cursor() as cur:
-            cur.execute("SHOW DATABASES LIKE 't\\_%'")
-            after = {row[0] for row in cur.fetchall()}
-        assert after - before == set()
+            cur.execute("SHOW DATABASES LIKE %s", (name,))
+            assert cur.fetchall() == ()
     finally:
         conn.close()
 

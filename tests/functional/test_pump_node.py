@@ -182,7 +182,10 @@ def test_write_pull_and_status_over_the_real_servers(pumps: Callable[..., Runnin
         stub = pump_pb2_grpc.PumpStub(channel)
         cid = p.app.cluster_id
         start = tso_client.get_ts()
-        stub.WriteBinlog(pump_pb2.WriteBinlogReq(clusterID=cid, payload=gogo.encode_binlog(0, start)), timeout=10)
+        stub.WriteBinlog(
+            pump_pb2.WriteBinlogReq(clusterID=cid, payload=gogo.encode_binlog(0, start, prewrite_value=b"v")),
+            timeout=10,
+        )
         commit = tso_client.get_ts()
         stub.WriteBinlog(
             pump_pb2.WriteBinlogReq(clusterID=cid, payload=gogo.encode_binlog(binlog_pb2.Commit, start, commit)),
@@ -301,7 +304,9 @@ def _write_prewrite(p: RunningPump) -> None:
     assert p.app.grpc is not None
     with grpc.insecure_channel(f"127.0.0.1:{p.app.grpc.port}") as channel:
         stub = pump_pb2_grpc.PumpStub(channel)
-        req = pump_pb2.WriteBinlogReq(clusterID=p.app.cluster_id, payload=gogo.encode_binlog(0, 12345))
+        req = pump_pb2.WriteBinlogReq(
+            clusterID=p.app.cluster_id, payload=gogo.encode_binlog(0, 12345, prewrite_value=b"v")
+        )
         try:
             stub.WriteBinlog(req, timeout=10)
         except grpc.RpcError as exc:

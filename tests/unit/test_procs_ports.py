@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import socket
 import sys
 from pathlib import Path
 
 import pytest
 
+from tools import procs
 from tools.localcluster import START_ATTEMPTS, start_with_new_ports_on_clash
-from tools.procs import ManagedProcess, ProcessError, port_clash, swap_port
+from tools.procs import ManagedProcess, ProcessError, free_port, free_ports, port_clash, swap_port
 
 ETCD_CLASH = (
     '{"level":"fatal","msg":"discovery failed","error":"listen tcp 127.0.0.1:40381: bind: address already in use"}'
@@ -80,3 +82,18 @@ def test_the_attempts_are_bounded(tmp_path: Path) -> None:
         start_with_new_ports_on_clash(p, lambda: _start_once(p), lambda: picks.append(1))
     assert len(picks) == START_ATTEMPTS - 1
     assert p.log_since_start().count("address already in use") == 1  # only the last start's lines
+
+
+def test_picked_ports_are_free_distinct_and_below_the_ephemeral_range() -> None:
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = free_ports(20)
+    assert len(set(ports)) == 20
+    assert all(10000 <= p < low for p in [*ports, free_port()])  # no outgoing connection takes these
+    for p in ports:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", p))
+
+
+def test_without_a_known_ephemeral_range_the_kernel_chooses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(procs, "_EPHEMERAL_RANGE_FILE", tmp_path / "missing")
+    assert len(set(free_ports(3))) == 3
