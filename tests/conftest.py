@@ -6,6 +6,7 @@ tail of each log is printed with the test's report.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Generator, Iterator
 from pathlib import Path
@@ -98,3 +99,20 @@ def mysql_db(mysql_server: MySQLDSN) -> Iterator[MySQLDSN]:
             cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
     finally:
         conn.close()
+
+
+@pytest.fixture
+def keep_root_logging() -> Iterator[None]:
+    """For tests that call a command's `main`, which sets up logging on the root logger: give the
+    next test the handlers and level it had."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for h in list(root.handlers):
+        if h not in handlers:
+            root.removeHandler(h)
+            h.close()
+    for h in handlers:
+        if h not in root.handlers:
+            root.addHandler(h)
+    root.setLevel(level)

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import io
-import logging
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,20 +18,7 @@ from tools.reparo_config import build_parser, load_config, normalize_argv, parse
 SAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "reparo.toml"
 
 
-@pytest.fixture(autouse=True)
-def _keep_logging() -> Iterator[None]:
-    """`main` sets up logging on the root logger; give the next test the handlers it had."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    for h in list(root.handlers):
-        if h not in handlers:
-            root.removeHandler(h)
-            h.close()
-    for h in handlers:
-        if h not in root.handlers:
-            root.addHandler(h)
-    root.setLevel(level)
+pytestmark = pytest.mark.usefixtures("keep_root_logging")
 
 
 def write(tmp_path: Path, text: str) -> Path:

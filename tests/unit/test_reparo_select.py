@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import io
-import logging
 import os
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,21 +24,7 @@ from tools.reparo_dest import PrintDest
 from tools.reparo_print import format_datum
 from tools.reparo_select import Selected, Selection, Window, first_commit_ts, first_file
 
-
-@pytest.fixture(autouse=True)
-def _keep_logging() -> Iterator[None]:
-    """`main` sets up logging on the root logger; give the next test the handlers it had."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    for h in list(root.handlers):
-        if h not in handlers:
-            root.removeHandler(h)
-            h.close()
-    for h in handlers:
-        if h not in root.handlers:
-            root.addHandler(h)
-    root.setLevel(level)
+pytestmark = pytest.mark.usefixtures("keep_root_logging")
 
 
 def shape(db: str, table: str) -> TableShape:

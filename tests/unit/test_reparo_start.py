@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import io
-import logging
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,20 +20,7 @@ PAST = [tso.compose(NOW_MS - 60_000 + i * 1000, 0) for i in range(5)]  # a minut
 LOCAL = Present(tso.compose(NOW_MS, tso.MAX_LOGICAL - 1), "the local clock")
 
 
-@pytest.fixture(autouse=True)
-def _keep_logging() -> Iterator[None]:
-    """`main` sets up logging on the root logger; give the next test the handlers it had."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    for h in list(root.handlers):
-        if h not in handlers:
-            root.removeHandler(h)
-            h.close()
-    for h in handlers:
-        if h not in root.handlers:
-            root.addHandler(h)
-    root.setLevel(level)
+pytestmark = pytest.mark.usefixtures("keep_root_logging")
 
 
 def files(path: Path, stamps: list[int], max_file_size: int = 1 << 20) -> None:
