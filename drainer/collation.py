@@ -47,13 +47,6 @@ def nopad_binary(charset: str) -> tuple[str, ...]:
     return tuple(names)
 
 
-def candidates(charset: str, collate: str) -> tuple[str, ...]:
-    """Every collation :func:`downstream_collation` may pick for the table (to ask the server about)."""
-    cs = charset or DEFAULT_CHARSET
-    names = [collate or DEFAULT_COLLATE, f"{cs}_bin", *nopad_binary(cs), DEFAULT_COLLATE, *nopad_binary("utf8mb4")]
-    return tuple(dict.fromkeys(names))
-
-
 def downstream_collation(charset: str, collate: str, available: Mapping[str, str]) -> Choice:
     """The charset and collation to create a table with upstream `charset`/`collate` ("" = not
     recorded) on a server whose collations are `available` (name -> its charset)."""

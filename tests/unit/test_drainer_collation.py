@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from drainer.collation import Choice, candidates, downstream_collation, with_table_options
+from drainer.collation import Choice, downstream_collation, with_table_options
 
 MARIADB = {"utf8mb4_bin": "utf8mb4", "utf8mb4_nopad_bin": "utf8mb4", "utf8mb4_general_ci": "utf8mb4",
            "latin1_bin": "latin1", "latin1_nopad_bin": "latin1", "latin1_swedish_ci": "latin1"}  # fmt: skip
@@ -41,11 +41,6 @@ def test_unknown_collation_falls_back_to_binary_never_case_insensitive() -> None
     assert (c.charset, c.collate) == ("utf8mb4", "utf8mb4_bin")
     assert "gbk_chinese_ci" in c.warning
     assert "trailing spaces" in c.warning
-
-
-def test_candidates_cover_every_choice() -> None:
-    assert set(candidates("", "")) >= {"utf8mb4_bin", "utf8mb4_nopad_bin", "utf8mb4_0900_bin"}
-    assert candidates("latin1", "latin1_bin")[:3] == ("latin1_bin", "latin1_nopad_bin", "utf8mb4_bin")
 
 
 Q = "CREATE TABLE `t` (\n  `k` varchar(16) NOT NULL,\n  PRIMARY KEY (`k`)\n)"
