@@ -35,6 +35,10 @@ NO_DEFAULT: object = object()
 """Marker: the column has no DEFAULT clause."""
 
 MAX_NAME = 64
+TABLE_CHARSET = "utf8mb4"
+TABLE_COLLATE = "utf8mb4_bin"
+"""Every table's default character set and collation, recorded in its table info: TiDB's defaults
+(strings compare exactly, case and all); nothing here lets a user choose others."""
 
 
 @dataclass(frozen=True)
@@ -154,6 +158,8 @@ class Planner:
             pk_is_handle=pk_is_handle,
             max_column_id=len(infos),
             max_index_id=len(indices),
+            charset=TABLE_CHARSET,
+            collate=TABLE_COLLATE,
         )
         for c in infos:
             if c.auto_increment and not any(ix.unique and ix.columns[0].lower() == c.lname for ix in indices):
@@ -168,15 +174,7 @@ class Planner:
 
     def truncate_table(self, db_name: str, name: str) -> Job:
         ref = self.schema.table_ref(db_name, name)
-        new = TableInfo(
-            id=self.alloc_ids(1),
-            name=ref.table.name,
-            columns=ref.table.columns,
-            indices=ref.table.indices,
-            pk_is_handle=ref.table.pk_is_handle,
-            max_column_id=ref.table.max_column_id,
-            max_index_id=ref.table.max_index_id,
-        )
+        new = replace(ref.table, id=self.alloc_ids(1))
         query = f"TRUNCATE TABLE {quote(ref.table.name)}"
         return self._job(JobType.TRUNCATE_TABLE, ref.db, query, new, table_id=ref.table.id)
 
@@ -186,15 +184,7 @@ class Planner:
         _check_name("table", new_name)
         if self.schema.has_table(target.name, new_name):
             raise SchemaError(f"table {target.name}.{new_name} already exists")
-        new = TableInfo(
-            id=ref.table.id,
-            name=new_name,
-            columns=ref.table.columns,
-            indices=ref.table.indices,
-            pk_is_handle=ref.table.pk_is_handle,
-            max_column_id=ref.table.max_column_id,
-            max_index_id=ref.table.max_index_id,
-        )
+        new = replace(ref.table, name=new_name)
         query = f"RENAME TABLE {quote(ref.db.name)}.{quote(ref.table.name)} TO {quote(target.name)}.{quote(new_name)}"
         job = self._job(JobType.RENAME_TABLE, target, query, new)
         return replace(job, old_schema_name=ref.db.name, old_table_name=ref.table.name)
@@ -238,15 +228,7 @@ class Planner:
             raise SchemaError(f"index {name} needs at least one column")
         cols = tuple(t.column(c).name for c in columns)
         ix = IndexInfo(t.max_index_id + 1, name, cols, unique=unique)
-        new = TableInfo(
-            id=t.id,
-            name=t.name,
-            columns=t.columns,
-            indices=(*t.indices, ix),
-            pk_is_handle=t.pk_is_handle,
-            max_column_id=t.max_column_id,
-            max_index_id=ix.id,
-        )
+        new = replace(t, indices=(*t.indices, ix), max_index_id=ix.id)
         kind = "UNIQUE INDEX" if unique else "INDEX"
         query = f"CREATE {kind} {quote(name)} ON {quote(t.name)} ({','.join(quote(c) for c in cols)})"
         return self._job(JobType.ADD_INDEX, ref.db, query, new)
@@ -259,15 +241,7 @@ class Planner:
             raise SchemaError(f"index {name} does not exist on {ref.db.name}.{t.name}")
         if found[0].primary:
             raise SchemaError(f"cannot drop the primary key of {ref.db.name}.{t.name}")
-        new = TableInfo(
-            id=t.id,
-            name=t.name,
-            columns=t.columns,
-            indices=tuple(ix for ix in t.indices if ix is not found[0]),
-            pk_is_handle=t.pk_is_handle,
-            max_column_id=t.max_column_id,
-            max_index_id=t.max_index_id,
-        )
+        new = replace(t, indices=tuple(ix for ix in t.indices if ix is not found[0]))
         query = f"DROP INDEX {quote(found[0].name)} ON {quote(t.name)}"
         return self._job(JobType.DROP_INDEX, ref.db, query, new)
 

@@ -11,7 +11,7 @@ that JSON, on both sides.  Layout (keys in this order; unknown keys are an error
     db    {"id": int, "name": str}
     table {"id": int, "name": str, "pk_is_handle": bool,
            "columns": [column...], "indices": [index...],
-           "max_column_id": int, "max_index_id": int}
+           "max_column_id": int, "max_index_id": int, "charset": str, "collate": str}
     column {"id": int, "name": str, "offset": int, "type_text": str,
             "tp": int, "flen": int, "decimal": int, "unsigned": bool, "charset": str,
             "elems": [str...], "nullable": bool, "default": str | null,
@@ -19,8 +19,11 @@ that JSON, on both sides.  Layout (keys in this order; unknown keys are an error
     index {"id": int, "name": str, "columns": [str...], "unique": bool, "primary": bool}
 
 ``table`` is the table *after* the job (for drop table: the table that was dropped);
-``db`` is set on create/drop schema.  ``default`` is the MySQL literal text of the column
-default (``null`` = no default, or ``DEFAULT NULL`` when the column is nullable).
+``charset``/``collate`` are the table's default character set and collation (the writer
+records ``utf8mb4``/``utf8mb4_bin``, TiDB's default); history written before they existed
+lacks both keys and loads with ``""`` (not recorded).  ``db`` is set on create/drop schema.
+``default`` is the MySQL literal text of the column default (``null`` = no default, or
+``DEFAULT NULL`` when the column is nullable).
 Rename table keeps the table id and records the old names.  Truncate table gives the
 table a new id (``table_id`` = the old id, ``table.id`` = the new one), as TiDB does.
 """
@@ -117,6 +120,10 @@ class TableInfo:
     """The primary key is one integer column whose value is the row handle."""
     max_column_id: int = 0
     max_index_id: int = 0
+    charset: str = ""
+    """The table's default character set; "" = not recorded (history from before it was)."""
+    collate: str = ""
+    """The table's default collation; "" = not recorded."""
     _by_name: dict[str, ColumnInfo] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -253,6 +260,8 @@ def table_to_dict(t: TableInfo) -> dict[str, Any]:
         ],
         "max_column_id": t.max_column_id,
         "max_index_id": t.max_index_id,
+        "charset": t.charset,
+        "collate": t.collate,
     }
 
 
@@ -311,6 +320,10 @@ class _Reader:
         v: bool = self._get(key, (bool,), "a boolean")
         return v
 
+    def get_str_or(self, key: str, absent: str) -> str:
+        """A string key that older documents may lack (`absent` then)."""
+        return self.get_str(key) if key in self.doc else absent
+
     def get_opt_str(self, key: str) -> str | None:
         v: str | None = self._get(key, (str, type(None)), "a string or null")
         return v
@@ -339,7 +352,17 @@ _COLUMN_KEYS = [
     "default",
     "auto_increment",
 ]
-_TABLE_KEYS = ["id", "name", "pk_is_handle", "columns", "indices", "max_column_id", "max_index_id"]
+_TABLE_KEYS = [
+    "id",
+    "name",
+    "pk_is_handle",
+    "columns",
+    "indices",
+    "max_column_id",
+    "max_index_id",
+    "charset",
+    "collate",
+]
 _INDEX_KEYS = ["id", "name", "columns", "unique", "primary"]
 _JOB_KEYS = [
     "id",
@@ -415,6 +438,8 @@ def table_from_dict(doc: object, where: str) -> TableInfo:
             pk_is_handle=r.get_bool("pk_is_handle"),
             max_column_id=r.get_int("max_column_id"),
             max_index_id=r.get_int("max_index_id"),
+            charset=r.get_str_or("charset", ""),
+            collate=r.get_str_or("collate", ""),
         )
     except SchemaError as exc:
         raise SchemaError(f"{where}: {exc}") from None

@@ -14,7 +14,9 @@ to :data:`MAX_QUERY_CHARS` (or a quarter of ``max_allowed_packet`` when smaller;
 larger than that goes alone).  Statements are interpolated as their query is built, so a worker
 holds the text of one query at a time, not of its whole chunk.
 
-A DDL runs as ``USE `db```; ``<query>`` (CREATE DATABASE without USE); the errors of
+A DDL runs as ``USE `db```; ``<query>`` (CREATE DATABASE without USE); a CREATE TABLE whose text
+names no character set or collation gets the table's, mapped to the server's collations
+(:mod:`drainer.collation`; the server's list is read once per sink); the errors of
 :data:`IGNORABLE_DDL_ERRORS` (exists / does not exist) are logged and ignored.  Lost
 connections, deadlocks and lock wait timeouts are retriable (:data:`RETRIABLE_ERRORS`); the
 connection is re-opened on the next try.  ``DDL.skip`` is not executed.
@@ -26,6 +28,7 @@ import contextlib
 import datetime as dt
 import logging
 import re
+import threading
 import time
 import zoneinfo
 from collections.abc import Callable, Mapping, Sequence
@@ -36,6 +39,7 @@ from pymysql.constants import CLIENT
 
 from common.errors import ConfigError
 from common.schema.model import JobType
+from drainer.collation import downstream_collation, with_table_options
 from drainer.events import DDL, DML
 from drainer.loader import (
     DEFAULT_MAX_INFLIGHT_BYTES,
@@ -114,12 +118,48 @@ def _close(cur: pymysql.cursors.Cursor) -> None:
         cur.close()
 
 
+class Collations:
+    """The downstream's collations (name -> charset), read once; each warning logged once."""
+
+    def __init__(self) -> None:
+        self._available: dict[str, str] | None = None
+        self._warned: set[str] = set()
+        self._lock = threading.Lock()
+
+    def available(self, cur: pymysql.cursors.Cursor) -> dict[str, str]:
+        with self._lock:
+            if self._available is None:
+                cur.execute("SHOW COLLATION")
+                self._available = {str(r[0]): str(r[1]) for r in cur.fetchall()}
+            return self._available
+
+    def create_table_query(self, cur: pymysql.cursors.Cursor, ddl: DDL) -> str:
+        """The CREATE TABLE of `ddl` with the table's charset and collation (see the module doc)."""
+        info = ddl.job.table
+        choice = downstream_collation(info.charset if info else "", info.collate if info else "", self.available(cur))
+        query = with_table_options(ddl.query, choice.charset, choice.collate)
+        if choice.warning and query != ddl.query:
+            with self._lock:
+                first = choice.warning not in self._warned
+                self._warned.add(choice.warning)
+            if first:
+                log.warning("%s (first seen creating %s.%s)", choice.warning, ddl.db, ddl.table)
+        return query
+
+
 class _MySQLExecutor:
     """One worker's connection: renders, sends and commits chunks; runs DDL."""
 
-    def __init__(self, connect: Callable[[], Connection], tz: dt.tzinfo | None, observer: SinkObserver) -> None:
+    def __init__(
+        self,
+        connect: Callable[[], Connection],
+        tz: dt.tzinfo | None,
+        observer: SinkObserver,
+        collations: Collations | None = None,
+    ) -> None:
         self._connect = connect
         self._observer = observer
+        self._collations = collations or Collations()
         self._conn: Connection | None = None
         self._renderer = Renderer("mysql", tz=tz)
         self._max_query = 1 << 20
@@ -236,9 +276,12 @@ class _MySQLExecutor:
         observer, clock = self._observer, time.perf_counter
         started = clock()
         try:
+            query = ddl.query
+            if ddl.job.type == JobType.CREATE_TABLE:
+                query = self._collations.create_table_query(cur, ddl)
             if ddl.db and ddl.job.type != JobType.CREATE_SCHEMA:
                 cur.execute("USE " + "`" + ddl.db.replace("`", "``") + "`")
-            cur.execute(ddl.query)
+            cur.execute(query)
             while cur.nextset():
                 pass
             executed = clock()
@@ -246,7 +289,7 @@ class _MySQLExecutor:
             conn.commit()
             observer.query_commit(clock() - executed)
             observer.executed(clock() - started)
-            log.info("executed DDL commit_ts=%d db=%s query=%r", commit_ts, ddl.db, ddl.query)
+            log.info("executed DDL commit_ts=%d db=%s query=%r", commit_ts, ddl.db, query)
         except pymysql.err.Error as exc:
             if _code(exc) in IGNORABLE_DDL_ERRORS:
                 self._rollback()
@@ -290,6 +333,7 @@ class MySQLSink(LoaderSink):
         self.tz = session_time_zone(self.params)
         self.sql_mode = sql_mode
         self.read_timeout = read_timeout
+        self.collations = Collations()
         self.loader = Loader(
             self._executor,
             worker_count=worker_count,
@@ -351,7 +395,7 @@ class MySQLSink(LoaderSink):
 
     def _executor(self, index: int) -> Executor:
         try:
-            return _MySQLExecutor(self.connect, self.tz, self.observer)
+            return _MySQLExecutor(self.connect, self.tz, self.observer, self.collations)
         except pymysql.err.Error as exc:
             raise SinkError(f"mysql sink: cannot connect to {self.where}: {_describe(exc)}") from exc
 

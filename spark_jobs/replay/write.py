@@ -3,7 +3,9 @@
 The tables are created first (`prepare_target`, on the driver), at their schema as of stop-ts:
     MySQL   CREATE DATABASE IF NOT EXISTS, CREATE TABLE IF NOT EXISTS with the store's column
             declarations (`upstream.store.values.mysql_decl`), primary / unique / plain keys,
-            InnoDB utf8mb4_bin (TiDB's collation)
+            InnoDB, the table's charset and collation mapped to the target's
+            (`drainer.collation`: utf8mb4_bin becomes the NO PAD binary collation where the
+            server has one, so keys differing only in case or trailing spaces stay apart)
     sqlite  the upstream sqlite store's own layout (`SqliteDialect.create_table_sql`)
 A table that already exists must have the final columns (a re-run of the same replay finds its own
 tables); anything else is an error naming the table, before any row is written.
@@ -21,12 +23,13 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from common.schema.defaults import default_value
 from common.schema.model import HIDDEN_HANDLE, TableInfo, table_from_dict, table_to_dict
+from drainer.collation import DEFAULT_CHARSET, DEFAULT_COLLATE, downstream_collation
 from drainer.events import DML, DMLType, TableShape
 from spark_jobs.errors import TargetError
 from spark_jobs.replay.target import MySQLTarget, SqliteTarget, Target
@@ -118,14 +121,18 @@ def _q(name: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------ tables
-def mysql_create_table(physical_db: str, info: TableInfo) -> str:
-    """CREATE TABLE IF NOT EXISTS of `info` in MySQL (no hidden handle: rows are found by their key)."""
+def mysql_create_table(physical_db: str, info: TableInfo, collations: Mapping[str, str] | None = None) -> str:
+    """CREATE TABLE IF NOT EXISTS of `info` in MySQL (no hidden handle: rows are found by their key);
+    `collations` are the server's (name -> charset), None = only utf8mb4_bin known."""
     from upstream.ddl import index_sql
 
+    choice = downstream_collation(info.charset, info.collate, collations or {DEFAULT_COLLATE: DEFAULT_CHARSET})
+    if choice.warning:
+        log.warning("table %s.%s: %s", physical_db, info.name, choice.warning)
     parts = [mysql_decl(c) for c in info.columns] + [index_sql(ix) for ix in info.indices]
     return (
         f"CREATE TABLE IF NOT EXISTS {_q(physical_db)}.{_q(info.name)} ({', '.join(parts)}) "
-        "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
+        f"ENGINE=InnoDB DEFAULT CHARSET={choice.charset} COLLATE={choice.collate}"
     )
 
 
@@ -162,6 +169,8 @@ def _prepare_mysql(target: MySQLTarget, tables: list[FinalTable]) -> tuple[int, 
     created = existing = 0
     try:
         with conn.cursor() as cur:
+            cur.execute("SHOW COLLATION")
+            collations = {str(r[0]): str(r[1]) for r in cur.fetchall()}
             for db in sorted({t.db for t in tables}):
                 cur.execute(f"CREATE DATABASE IF NOT EXISTS {_q(target.physical_db(db))} DEFAULT CHARACTER SET utf8mb4")
             for t in tables:
@@ -178,7 +187,7 @@ def _prepare_mysql(target: MySQLTarget, tables: list[FinalTable]) -> tuple[int, 
                         raise TargetError(problem)
                     existing += 1
                     continue
-                cur.execute(mysql_create_table(pdb, info))
+                cur.execute(mysql_create_table(pdb, info, collations))
                 created += 1
         conn.commit()
     except pymysql.MySQLError as exc:

@@ -189,6 +189,36 @@ def test_bank_on_mariadb(cluster: Cluster, tmp_path: Path, mysql_db: MySQLDSN) -
             conn.close()
 
 
+def test_ddl_on_mariadb_keeps_keys_differing_only_in_case(cluster: Cluster, tmp_path: Path, mysql_db: MySQLDSN) -> None:
+    """The MySQL store (utf8mb4_bin, PAD SPACE) gets the case-only string keys, never trailing-space ones."""
+    store = f"mysql://{mysql_db.user}:{mysql_db.password}@{mysql_db.host}:{mysql_db.port}/{mysql_db.database}"
+    prefix = f"{mysql_db.database}_"
+    try:
+        s = run_workload(
+            cluster, tmp_path, "--workload", "ddl", "--database", "mddl", "--store", store,
+            "--mysql-db-prefix", prefix, "--threads", "2", "--txns", "120", "--table-size", "50",
+            "--ddl-ratio", "0.1",
+        )  # fmt: skip
+        assert s["workload_info"]["ddl_failed"] == {}
+        conn = mysql_db.connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(f"SELECT k FROM `{prefix}mddl`.`skey`")
+                keys = [str(r[0]) for r in cur.fetchall()]
+        finally:
+            conn.close()
+        assert keys, "no string-key rows written"
+        assert len({k.lower() for k in keys}) < len(keys), f"no keys differing only in case: {keys}"
+        assert all(k == k.rstrip(" ") for k in keys), keys
+    finally:
+        conn = mysql_db.connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(f"DROP DATABASE IF EXISTS `{prefix}mddl`")
+        finally:
+            conn.close()
+
+
 def test_sysbench_without_binlog(cluster: Cluster, tmp_path: Path) -> None:
     s = run_workload(
         cluster, tmp_path, "--workload", "sysbench", "--database", "sb_nobinlog", "--store", sqlite(tmp_path),

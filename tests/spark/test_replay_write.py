@@ -95,3 +95,13 @@ def test_tables_filter_names_a_missing_table() -> None:
     assert [t.full_name for t in select_tables(schema, [])] == ["d.t"]
     with pytest.raises(InputError, match=r"--tables: table d\.gone is not in the schema at stop-ts \(tables: d\.t\)"):
         select_tables(schema, ["d.gone"])
+
+
+def test_mysql_table_gets_the_servers_nopad_binary_collation() -> None:
+    from dataclasses import replace
+
+    info = replace(_final().info(), charset="utf8mb4", collate="utf8mb4_bin")
+    mariadb = {"utf8mb4_bin": "utf8mb4", "utf8mb4_nopad_bin": "utf8mb4", "utf8mb4_general_ci": "utf8mb4"}
+    assert mysql_create_table("p_d", info, mariadb).endswith("DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_nopad_bin")
+    old = replace(info, charset="", collate="")  # history from before the collation was recorded
+    assert mysql_create_table("p_d", old, mariadb).endswith("COLLATE=utf8mb4_nopad_bin")

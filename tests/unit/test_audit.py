@@ -245,3 +245,18 @@ def test_mysql_server_url() -> None:
     for bad in ("postgres://h", "mysql:///x", "mysql://h/db", "mysql://h:99999"):
         with pytest.raises(ConfigError):
             MySQLServer.parse(bad)
+
+
+def test_string_keys_merged_downstream_are_missing_rows(tmp_path: Path) -> None:
+    """Keys that differ only in case or trailing spaces are compared exactly, not by any collation:
+    a downstream that merged them (a case-insensitive or PAD SPACE key) fails the audit."""
+    s = Sides(tmp_path)
+    try:
+        s.ddl("create_table", DB, "skey", [Column("k", "VARCHAR(8)"), Column("v", "INT")], primary_key=["k"])
+        s.insert(s.up, "skey", ("a", 1), ("A", 2), ("a ", 3))
+        s.insert(s.down, "skey", ("a", 3))  # what a folding key leaves: one row, the last write
+        t = by_name(s.audit())["skey"]
+        assert (t.upstream_rows, t.downstream_rows, t.missing, t.different) == (3, 1, 2, 1)
+        assert not t.ok
+    finally:
+        s.close()

@@ -196,3 +196,23 @@ def test_from_jobs_upto_version_and_copy_is_independent() -> None:
     c.apply(job(5, JobType.DROP_TABLE, 4, table(extra=1)))
     assert s.has_table("d", "t")
     assert not c.has_table("d", "t")
+
+
+def test_table_charset_and_collation_round_trip_and_old_history_loads() -> None:
+    from dataclasses import replace
+
+    t = replace(table(), charset="utf8mb4", collate="utf8mb4_bin")
+    doc = json.loads(job(7, JobType.CREATE_TABLE, 3, t).to_json())
+    assert list(doc["table"])[-2:] == ["charset", "collate"]
+    assert (doc["table"]["charset"], doc["table"]["collate"]) == ("utf8mb4", "utf8mb4_bin")
+    back = Job.from_json(json.dumps(doc))
+    assert back.table is not None
+    assert (back.table.charset, back.table.collate) == ("utf8mb4", "utf8mb4_bin")
+    assert back == job(7, JobType.CREATE_TABLE, 3, t)
+    del doc["table"]["charset"], doc["table"]["collate"]  # history written before they were recorded
+    old = Job.from_json(json.dumps(doc))
+    assert old.table is not None
+    assert (old.table.charset, old.table.collate) == ("", "")
+    doc["table"]["collate"] = 5
+    with pytest.raises(SchemaError, match=r"job\.table\.collate: expected a string"):
+        Job.from_json(json.dumps(doc))

@@ -142,3 +142,22 @@ def test_cannot_drop_the_only_column(env: Env) -> None:
     env.run("create_table", "d", "one", [Column("a", "INT")])
     with pytest.raises(SchemaError, match="only column"):
         env.run("drop_column", "d", "one", "a")
+
+
+def test_tables_record_utf8mb4_bin_and_every_job_keeps_it(env: Env) -> None:
+    env.run("create_database", "e")
+    job = env.run("create_table", "d", "t", [Column("id", "VARCHAR(8)"), Column("v", "INT")], primary_key=["id"])
+    assert job.table is not None
+    assert (job.table.charset, job.table.collate) == ("utf8mb4", "utf8mb4_bin")
+    jobs = [
+        env.run("add_column", "d", "t", Column("w", "INT")),
+        env.run("drop_column", "d", "t", "w"),
+        env.run("add_index", "d", "t", "iv", ["v"]),
+        env.run("drop_index", "d", "t", "iv"),
+        env.run("truncate_table", "d", "t"),
+        env.run("rename_table", "d", "t", "u", new_db="e"),
+    ]
+    for j in jobs:
+        assert j.table is not None
+        assert (j.table.charset, j.table.collate) == ("utf8mb4", "utf8mb4_bin"), j.type
+    assert env.schema.table("e", "u").collate == "utf8mb4_bin"

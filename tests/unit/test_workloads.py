@@ -7,6 +7,7 @@ import io
 import itertools
 import json
 import random
+import re
 import struct
 import threading
 from collections.abc import Callable
@@ -35,6 +36,8 @@ from upstream.workloads.ddl import (
     next_number,
     row_problems,
     row_values,
+    string_key_tables,
+    string_keys,
 )
 from upstream.workloads.gen import (
     TYPES_COLUMNS,
@@ -559,3 +562,22 @@ def test_make_workload() -> None:
     assert make_workload("ddl", WorkloadOptions()).db_name == "ddltest"
     with pytest.raises(ValueError, match="unknown workload"):
         make_workload("tpcc", WorkloadOptions())
+
+
+def test_ddl_string_keys_differ_only_in_case_and_where_exact_in_trailing_spaces() -> None:
+    exact, padded = string_keys(True), string_keys(False)
+    assert len(set(exact)) == len(exact)
+    assert {"a", "A", "a "} <= set(exact)
+    assert {"a", "A"} <= set(padded)
+    # a PAD SPACE store (MySQL utf8mb4_bin) ignores trailing spaces: none of its keys may differ only in them
+    assert len({k.rstrip(" ") for k in padded}) == len(padded)
+    schema = InfoSchema()
+    ids = itertools.count(1)
+    schema.apply(Planner(schema, lambda n: next(ids), 1).create_database("d"))
+    for name, (columns, pk) in string_key_tables().items():
+        assert not re.match(r"^t\d+$", name)  # DDL never picks them
+        schema.apply(Planner(schema, lambda n: next(ids), 1).create_table("d", name, columns, primary_key=pk))
+        t = schema.table("d", name)
+        assert not t.pk_is_handle
+        assert t.primary_key is not None
+        assert all(t.column(c).type_text == "varchar(16)" for c in t.primary_key.columns)

@@ -325,6 +325,9 @@ class Store(abc.ABC):
     dsn: str
     parallel_status: bool
     """True when a second connection can write the txn-status row while a data transaction is open."""
+    exact_string_keys: bool
+    """True when string keys compare byte for byte: ``'a'`` and ``'a '`` are two keys (sqlite's BINARY).
+    False when trailing spaces are ignored (MySQL's PAD SPACE ``utf8mb4_bin``); case matters in both."""
 
     @abc.abstractmethod
     def session(self) -> Session: ...

@@ -108,6 +108,7 @@ class MySQLSession(Session):
 class MySQLStore(Store):
     kind = "mysql"
     parallel_status = True
+    exact_string_keys = False
 
     def __init__(self, dsn: MySQLDSN, text: str, prefix: str = "") -> None:
         self.mysql = dsn

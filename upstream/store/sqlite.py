@@ -89,6 +89,7 @@ class SqliteSession(Session):
 class SqliteStore(Store):
     kind = "sqlite"
     parallel_status = False
+    exact_string_keys = True
     transactional_ddl = True
 
     def __init__(self, path: Path, dsn: str) -> None:

@@ -7,11 +7,16 @@ Tables of ``<db>`` (default ``ddltest``):
   id handle, as TiDB) for odd ``n``.  DDL changes them while other threads write to them.
 * ``types``: ``id BIGINT`` primary key and one column of each supported type (see
   :data:`upstream.workloads.gen.TYPES_COLUMNS`), NULLs included.  Only DML touches it.
+* ``skey`` (``k VARCHAR(16)`` primary key, ``v INT``) and ``ckey`` (primary key ``a, b``, both
+  ``VARCHAR(16)``, ``v INT``): string keys that differ only in case (``'a'``, ``'A'``) and, when
+  the store compares strings exactly (``Store.exact_string_keys``: sqlite), only in trailing
+  spaces (``'a'``, ``'a '``), so a downstream that folds them merges rows.  Only DML touches them.
 
 ``run_once`` runs one DDL with probability ``--ddl-ratio`` (one at a time per process), else one
 transaction of ``--rows-per-txn`` operations: on a ``t`` table inserts, updates (also of the
 columns DDL added) and deletes of ids in 1..``--table-size``; on ``types`` inserts, updates
-and deletes of ids in 1..200.
+and deletes of ids in 1..200; on ``skey`` / ``ckey`` inserts, updates and deletes of keys made
+of :func:`string_keys`.
 
 DDL operations: add a column (``x<n>_<kind>``, often NOT NULL with a default), drop one,
 add / drop an index, truncate, rename (to a new ``t<n>``), create and drop ``t`` tables.
@@ -70,6 +75,28 @@ MAX_EXTRA_COLUMNS = 6
 MAX_INDEXES = 4
 DDL_ATTEMPTS = 3
 NULL_PROBABILITY = 0.1
+STRING_KEY_TABLE = "skey"
+COMPOSITE_KEY_TABLE = "ckey"
+CASE_KEYS = ("a", "A", "b", "B", "ab", "aB", "Ab", "AB")
+SPACE_KEYS = ("a ", "A ", "ab  ")
+"""Keys that equal some of :data:`CASE_KEYS` but for trailing spaces (only where the store keeps them apart)."""
+
+
+def string_keys(exact: bool) -> tuple[str, ...]:
+    """The string key values: differing only in case, and with `exact` also only in trailing spaces."""
+    return CASE_KEYS + SPACE_KEYS if exact else CASE_KEYS
+
+
+def string_key_tables() -> dict[str, tuple[list[Column], list[str]]]:
+    """The string-key tables: name -> (columns, primary key)."""
+    key = "VARCHAR(16)"
+    return {
+        STRING_KEY_TABLE: ([Column("k", key, nullable=False), Column("v", "INT")], ["k"]),
+        COMPOSITE_KEY_TABLE: (
+            [Column("a", key, nullable=False), Column("b", key, nullable=False), Column("v", "INT")],
+            ["a", "b"],
+        ),
+    }
 
 
 @dataclass(frozen=True)
@@ -235,6 +262,9 @@ class DDLWorkload(Workload):
                 db.create_table(self.db_name, f"t{n}", base_columns(n), primary_key=["id"])
         if not db.schema.has_table(self.db_name, TYPES_TABLE):
             db.create_table(self.db_name, TYPES_TABLE, types_table_columns(), primary_key=["id"])
+        for name, (columns, pk) in string_key_tables().items():
+            if not db.schema.has_table(self.db_name, name):
+                db.create_table(self.db_name, name, columns, primary_key=pk)
 
     def dml_tables(self, db: Database) -> list[TableInfo]:
         return [r.table for r in db.schema.tables(self.db_name) if _TABLE_NAME.match(r.table.name)]
@@ -243,8 +273,11 @@ class DDLWorkload(Workload):
     def run_once(self, db: Database, rng: random.Random) -> TxnOutcome:
         if rng.random() < self.options.ddl_ratio:
             return self._ddl(db, rng)
-        if rng.random() < 1 / 3:
+        r = rng.random()
+        if r < 1 / 3:
             return self._types_txn(db, rng)
+        if r < 1 / 2:
+            return self._string_key_txn(db, rng)
         return self._table_txn(db, rng)
 
     def _retry_if(self, db: Database) -> Callable[[BinlogError, int], bool]:
@@ -275,6 +308,31 @@ class DDLWorkload(Workload):
                     txn.update(name, row_id, dict(r.sample(sorted(changes.items()), r.randint(1, len(changes)))))
                 else:
                     txn.delete(name, row_id)
+
+        outcome, _ = run_txn(db, body, attempts=self.options.attempts, retry_if=self._retry_if(db))
+        return outcome
+
+    def _string_key_txn(self, db: Database, rng: random.Random) -> TxnOutcome:
+        seed = rng.getrandbits(64)
+        keys = string_keys(db.store.exact_string_keys)
+        skey, ckey = f"{self.db_name}.{STRING_KEY_TABLE}", f"{self.db_name}.{COMPOSITE_KEY_TABLE}"
+
+        def body(txn: Transaction) -> None:
+            r = random.Random(seed)
+            for _ in range(self.options.rows_per_txn):
+                key: str | tuple[str, str]
+                if r.random() < 0.5:
+                    table, key = skey, r.choice(keys)
+                    new: dict[str, Any] = {"k": key}
+                else:
+                    table, key = ckey, (r.choice(keys), r.choice(keys))
+                    new = {"a": key[0], "b": key[1]}
+                if txn.get(table, key) is None:
+                    txn.insert(table, {**new, "v": r.randint(0, 10**6)})
+                elif r.random() < 0.7:
+                    txn.update(table, key, {"v": r.randint(0, 10**6)})
+                else:
+                    txn.delete(table, key)
 
         outcome, _ = run_txn(db, body, attempts=self.options.attempts, retry_if=self._retry_if(db))
         return outcome
