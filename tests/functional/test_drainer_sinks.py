@@ -288,6 +288,32 @@ def test_key_changes_and_reinserts(down: Down) -> None:
     assert down.rows(c) == [(2, "y", 1)]
 
 
+@pytest.mark.parametrize("safe_mode", [False, True])
+def test_string_keys_differing_only_in_case_or_trailing_spaces_stay_distinct(down: Down, safe_mode: bool) -> None:
+    """Upstream compares strings exactly, so 'a', 'A' and 'a ' are three keys; each sink keeps them three
+    rows, and an UPDATE/DELETE by one of them touches that row only.  The MariaDB database's default here
+    is utf8mb4_bin (PAD SPACE: 'a' = 'a '); the table must get a NO PAD binary collation all the same."""
+    sink = down.sink(worker_count=4, txn_batch=2, safe_mode=safe_mode)
+    sink.start(lambda ts: None)
+    down.ddl(sink, down.schema.create_db(down.db))
+    cols = [Column("k", "VARCHAR(8)"), Column("v", "INT")]
+    down.ddl(sink, down.schema.create_table(down.db, "skey", cols, primary_key=["k"]))
+    ccols = [Column("a", "VARCHAR(8)"), Column("b", "VARCHAR(8)"), Column("v", "INT")]
+    down.ddl(sink, down.schema.create_table(down.db, "ckey", ccols, primary_key=["a", "b"]))
+    s, c = down.schema.shape(down.db, "skey"), down.schema.shape(down.db, "ckey")
+    ts = down.next_ts
+    down.apply(
+        sink,
+        Txn(ts(), [ins(s, "a", 1), ins(s, "A", 2), ins(s, "a ", 3), ins(s, "b", 4)]),
+        Txn(ts(), [ins(c, "x", "b", 1), ins(c, "x", "B", 2), ins(c, "X", "b", 3), ins(c, "x", "b ", 4)]),
+        Txn(ts(), [upd(s, ("A", 2), ("A", 20)), dele(s, "a ", 3), upd(c, ("x", "b ", 4), ("x", "b ", 40))]),
+        Txn(ts(), [dele(c, "X", "b", 3), ins(s, "b ", 5)]),
+    )
+    assert down.rows(s) == sorted([("a", 1), ("A", 20), ("b", 4), ("b ", 5)], key=repr)
+    assert down.rows(c) == sorted([("x", "b", 1), ("x", "B", 2), ("x", "b ", 40)], key=repr)
+    assert sink.error() is None
+
+
 # ----------------------------------------------------------------------------- column types
 
 
