@@ -67,7 +67,8 @@ def check_storage(
                         ts=ts,
                         ptr=ptr,
                         visible=visible,
-                        keeps_decisions=keeps_decisions and ts > gc_ts,  # GC may have purged it below
+                        # GC purges decisions by start_ts: one at or below the cutoff may be gone
+                        keeps_decisions=keeps_decisions and ts > gc_ts and b.start_ts > gc_cutoff,
                         problem=problem,
                     )
     # 2. vlog -> index

@@ -295,3 +295,26 @@ def test_prewrite_stored_after_its_decision_does_not_hold_the_watermark(tmp_path
         assert s.max_commit_ts() == top
     finally:
         s.close()
+
+
+def test_gc_purging_an_orphan_commits_decision_leaves_check_clean(tmp_path: Path) -> None:
+    """An orphan commit (no prewrite here) whose start_ts is below the GC cutoff and commit_ts above the
+    gc ts: GC purges its decision with its start_ts, and check() does not call that a problem (found
+    by the storage model test)."""
+    clock = Tso()
+    s = open_storage(tmp_path)
+    try:
+        old = clock.next()
+        clock.jump_ms(11 * 60 * 1000)
+        gc_ts = clock.next()
+        orphan_commit = clock.next()
+        write(s, commit(old, orphan_commit))
+        clock.jump_ms(1)
+        write(s, fake(clock.next()))
+        assert s.wait_indexed(10)
+        assert old < gc_ts - GC_KEEP_TSO
+        s.gc(gc_ts)
+        assert s.decided_count() == 0
+        assert s.check() == [f"ts:{orphan_commit} -> commit start_ts={old}: prewrite missing from the index"]
+    finally:
+        s.close()
