@@ -40,6 +40,7 @@ from common.schema.model import Job, SchemaState, TableInfo
 from common.tls import TLS, TLSFiles
 from common.txnstatus import DEFAULT_STATUS_ROW_TTL, TxnStatusStore
 from pump_client.payload import MAX_HEADER_SIZE, EncodedBinlog
+from pump_client.retry import DEFAULT_ATTEMPT_TIMEOUT
 from upstream.ddl import Column, Planner
 from upstream.errors import WriterError
 from upstream.store import Store, open_store
@@ -113,7 +114,7 @@ class Database:
         lock_ttl: float = DEFAULT_LOCK_TTL,
         status_row_ttl: float = DEFAULT_STATUS_ROW_TTL,
         write_timeout: float = 15.0,
-        attempt_timeout: float = 1.0,
+        attempt_timeout: float = DEFAULT_ATTEMPT_TIMEOUT,
         mysql_db_prefix: str = "",
         client: Any = None,
         tls: TLS | TLSFiles | None = None,
