@@ -42,8 +42,8 @@ from typing import Any
 import pymysql
 from _pumpbench import env_info, install_sigterm, log, median
 
+from common.events import DML, DMLType, TableShape, Txn
 from common.schema.infoschema import InfoSchema
-from drainer.events import DML, DMLType, TableShape, Txn
 from drainer.sinks.mysql import MySQLSink
 from upstream.ddl import Column, Planner
 from upstream.workloads.gen import sysbench_text

@@ -251,7 +251,7 @@ def measure_replay(h: History, server: dict[str, Any], split: int, errors: list[
 
 def _read_history(h: History) -> list[binlog_pb2.Binlog]:
     """Every committed DML transaction as the drainer receives it: the commit with its prewrite's value."""
-    from pump.storage.vlog_record import ValuePointer
+    from common.vlog_record import ValuePointer
 
     prewrites: dict[int, bytes] = {}
     commits: list[tuple[int, int]] = []
@@ -274,11 +274,11 @@ def _read_history(h: History) -> list[binlog_pb2.Binlog]:
 
 
 def measure_drainer(h: History, server: dict[str, Any], errors: list[str]) -> dict[str, Any]:
-    from drainer.events import Txn
+    from common.events import Txn
+    from common.sql.values import mysql_decl
     from drainer.schema import DrainerSchema, MemoryJobSource
     from drainer.sinks.mysql import MySQLSink
     from drainer.translator import translate
-    from upstream.store.values import mysql_decl
 
     table = h.jobs[-1].table
     assert table is not None

@@ -1,7 +1,7 @@
 """The resynchronising record decoder shared by our two record framings (pure: no I/O).
 
 Both the binlogfile framing (drainer file sink, relay log; `common/binlogfile/record.py`) and the
-pump's value log (`pump/storage/vlog_record.py`) wrap a payload in 16 bytes:
+pump's value log (`common/vlog_record.py`) wrap a payload in 16 bytes:
 
     magic u32 LE ‖ length u64 LE ‖ CRC-32C(payload) u32 LE      (16 bytes of overhead)
 

@@ -52,7 +52,7 @@ from drainer.checkpoint import Checkpoint, make_checkpoint
 from drainer.cistern import start_cistern_server
 from drainer.collector import Collector
 from drainer.config import DrainerConfig
-from drainer.filters import Filter
+from drainer.config_syncer import syncer_filter
 from drainer.http_api import StatusServer
 from drainer.merger import Merger
 from drainer.metrics import DrainerMetrics
@@ -228,7 +228,7 @@ class DrainerApp:
             self.schema,
             self.sink,
             self.checkpoint,
-            Filter.from_config(cfg),
+            syncer_filter(cfg.syncer),
             start_ts=start_ts,
             schema_version=version,
             sync_ddl=cfg.syncer.sync_ddl,

@@ -26,7 +26,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Sequence
 
-from drainer.events import DML, Row, TableShape
+from common.events import DML, Row, TableShape
 
 __all__ = ["Causality", "dml_keys", "worker_of"]
 

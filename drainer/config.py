@@ -37,6 +37,7 @@ from common.config.node import validate_etcd_urls as _etcd_urls
 from common.config.node import validate_host_port as _host_port
 from common.encrypt import EncryptError, decrypt
 from common.errors import ConfigError
+from common.filters import EventFilterRule, TableName
 from common.logsetup import DEFAULT_LOG_FORMAT, DEFAULT_MAX_BACKUPS, DEFAULT_MAX_SIZE_MIB, LogFormat
 from drainer.config_syncer import (
     KAFKA_KEYS,
@@ -44,10 +45,8 @@ from drainer.config_syncer import (
     SQLITE_DOWNSTREAM_NAME,
     UNSUPPORTED_DB_TYPES,
     CheckpointConfig,
-    EventFilterRule,
     RelayConfig,
     SyncerConfig,
-    TableName,
     ToConfig,
 )
 

@@ -16,34 +16,14 @@ unless `case-sensitive = true`. Event-filter patterns are shell wildcards (`*`, 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
-from typing import Final, Literal, get_args
+from typing import Final, Literal
 
 from common.config import ByteSize, Duration, at_least
+from common.filters import CHECKPOINT_SCHEMA, EventFilterRule, Filter, TableName, name_pattern
 
 DbType = Literal["mysql", "tidb", "sqlite", "file", "pb", "kafka", "oracle", "flash"]
 CheckpointType = Literal["", "mysql", "tidb", "sqlite", "file", "oracle"]
-EventName = Literal[
-    "all",
-    "all dml",
-    "all ddl",
-    "insert",
-    "update",
-    "delete",
-    "create database",
-    "drop database",
-    "create table",
-    "drop table",
-    "truncate table",
-    "rename table",
-    "alter table",
-    "create index",
-    "drop index",
-    "create view",
-    "drop view",
-]
-EVENT_NAMES: Final[tuple[str, ...]] = get_args(EventName)
 
 UNSUPPORTED_DB_TYPES: Final = frozenset({"kafka", "oracle"})
 RELAY_DB_TYPES: Final = frozenset({"mysql", "tidb", "sqlite"})
@@ -55,14 +35,14 @@ DEFAULT_SAFE_MODE_DURATION: Final = 300.0
 """Ours: the original forces safe mode for a fixed 5 minutes after start."""
 DEFAULT_MAX_INFLIGHT_BYTES: Final = 16 * 1024**2
 """Ours: memory is bounded by bytes (DESIGN §5); the original counted binlogs (cache-binlog-count = 8).  Bytes
-of decoded DMLs as Python objects (`drainer.events.dml_memory`), not of binlogs."""
+of decoded DMLs as Python objects (`common.events.dml_memory`), not of binlogs."""
 DEFAULT_IGNORE_SCHEMAS: Final = "INFORMATION_SCHEMA,PERFORMANCE_SCHEMA,mysql"
 DEFAULT_RELAY_MAX_FILE_SIZE: Final = 10_485_760
 DEFAULT_TO_HOST: Final = "localhost"
 DEFAULT_TO_USER: Final = "root"
 DEFAULT_TO_PORT: Final = 3306
 DEFAULT_READ_TIMEOUT: Final = 60.0
-DEFAULT_CHECKPOINT_SCHEMA: Final = "tidb_binlog"
+DEFAULT_CHECKPOINT_SCHEMA: Final = CHECKPOINT_SCHEMA
 DEFAULT_CHECKPOINT_TABLE: Final = "checkpoint"
 DEFAULT_CHECKPOINT_HOST: Final = "127.0.0.1"
 DEFAULT_CHECKPOINT_USER: Final = "root"
@@ -88,31 +68,9 @@ def _port_or_unset(value: int) -> None:
         _port(value)
 
 
-def _regex(text: str) -> None:
-    try:
-        re.compile(text)
-    except re.error as exc:
-        raise ValueError(f"bad regular expression {text!r}: {exc}") from None
-
-
-def name_pattern(value: str) -> None:
-    """A schema / table name pattern: non-empty; `~regex` must compile."""
-    if not value:
-        raise ValueError("must not be empty")
-    if value.startswith("~"):
-        if len(value) == 1:
-            raise ValueError("'~' must be followed by a regular expression")
-        _regex(value[1:])
-
-
 def _name_patterns(values: tuple[str, ...]) -> None:
     for value in values:
         name_pattern(value)
-
-
-def _regexes(values: tuple[str, ...]) -> None:
-    for value in values:
-        _regex(value)
 
 
 def split_schemas(value: str) -> tuple[str, ...]:
@@ -131,33 +89,6 @@ def _db_type(value: str) -> None:
 
 
 # ----------------------------------------------------------------------------------------------- sections
-
-
-@dataclass(frozen=True)
-class TableName:
-    """One `[[syncer.replicate-do-table]]` / `[[syncer.ignore-table]]` entry."""
-
-    db_name: str = field(default="", metadata={"validate": name_pattern})
-    tbl_name: str = field(default="", metadata={"validate": name_pattern})
-
-
-@dataclass(frozen=True)
-class EventFilterRule:
-    """`[[syncer.event-filter]]`: drop DML rows or DDLs of matching tables (ours; see the module doc).
-
-    schema-pattern / table-pattern: shell wildcards (`*`, `?`) or `~regex`; "*" matches every name, including
-    the empty table name of a database-level DDL. ignore-event: event names (EVENT_NAMES). ignore-sql:
-    regular expressions searched in DDL query text. Several matching rules add up.
-    """
-
-    schema_pattern: str = field(default="*", metadata={"validate": name_pattern})
-    table_pattern: str = field(default="*", metadata={"validate": name_pattern})
-    ignore_event: tuple[EventName, ...] = ()
-    ignore_sql: tuple[str, ...] = field(default=(), metadata={"validate": _regexes})
-
-    def validate(self) -> None:
-        if not self.ignore_event and not self.ignore_sql:
-            raise ValueError("an event-filter rule needs ignore-event or ignore-sql")
 
 
 @dataclass(frozen=True)
@@ -311,3 +242,17 @@ class SyncerConfig:
     @property
     def ignore_schema_names(self) -> tuple[str, ...]:
         return split_schemas(self.ignore_schemas)
+
+
+def syncer_filter(s: SyncerConfig) -> Filter:
+    """The drainer's filters, built once from its `[syncer]` section."""
+    return Filter(
+        ignore_schemas=s.ignore_schema_names,
+        ignore_tables=s.ignore_table,
+        do_dbs=s.replicate_do_db,
+        do_tables=s.replicate_do_table,
+        ignore_txn_commit_ts=s.ignore_txn_commit_ts,
+        event_rules=s.event_filter,
+        case_sensitive=s.case_sensitive,
+        internal_schemas={CHECKPOINT_SCHEMA, s.to.checkpoint.schema},
+    )

@@ -29,7 +29,7 @@
   ``add``/``flush`` raises the error, and nothing more is reported.
 * **Memory** is bounded by bytes: ``add`` blocks while the transactions added but not yet
   reported exceed ``max_inflight_bytes`` (one transaction is always admitted).  A transaction
-  costs what its decoded DMLs take in memory (:func:`drainer.events.dml_memory`, well above
+  costs what its decoded DMLs take in memory (:func:`common.events.dml_memory`, well above
   their binlog bytes for small rows), not its binlog size.  Workers drop their DMLs before the
   success report that frees their bytes.
 * **Parts.**  A transaction translated in parts (``Txn.partial``) is reported once, after its
@@ -50,8 +50,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Protocol
 
+from common.events import DDL, DML, Txn, dml_memory
 from drainer.causality import Causality, dml_keys, worker_of
-from drainer.events import DDL, DML, Txn, dml_memory
 from drainer.sinks.base import OnSuccess, Sink, SinkError
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ __all__ = ["ExecError", "Executor", "ExecutorFactory", "Loader"]
 DEFAULT_WORKER_COUNT = 16
 DEFAULT_TXN_BATCH = 20
 DEFAULT_MAX_INFLIGHT_BYTES = 16 << 20
-"""Bytes of decoded DMLs (:func:`drainer.events.dml_memory`) between ``add`` and their success report."""
+"""Bytes of decoded DMLs (:func:`common.events.dml_memory`) between ``add`` and their success report."""
 EXEC_LIMIT_MULTIPLE = 3
 """Accumulate up to txn_batch * worker_count * 3 DMLs before dispatching (original: execLimitMultiple)."""
 DML_RETRIES = 100

@@ -53,7 +53,7 @@ class MergeItem:
     size: int
     """Bytes of the serialized binlog, for byte budgets."""
     prewrite_value: bytes | memoryview | None = None
-    """The binlog's prewrite value when ``binlog`` was parsed without it (:func:`drainer.wire.split_binlog`:
+    """The binlog's prewrite value when ``binlog`` was parsed without it (:func:`common.pb.wire.split_binlog`:
     a view of the received message, not a copy)."""
 
     @property

@@ -82,7 +82,7 @@ from prometheus_client.registry import Collector
 from common import tso
 from common.binlogfile import metrics as binlogfile_metrics
 from common.errors import CodecError
-from drainer.events import DML, DMLType
+from common.events import DML, DMLType
 from drainer.puller import PullerError
 
 if TYPE_CHECKING:

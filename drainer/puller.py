@@ -15,7 +15,7 @@ repeated across reconnects.
   certificate presented); the pump is dialled at its registered host:port.
 * `compressor = "gzip"` asks for gzip on the call; the receive size limit is large (2 GiB - 1) as in
   the original.
-* Memory: responses arrive as raw bytes and are read in place (:mod:`drainer.wire`): the binlog's
+* Memory: responses arrive as raw bytes and are read in place (:mod:`common.pb.wire`): the binlog's
   prewrite value stays a view of the received message, never copied.  The next binlog is received
   only when `Merger.wait_room` allows it (room in the pump's merge buffer; one pump at a time
   receives ahead of need, as a receive costs grpcio about three times the binlog), and the stream's
@@ -35,10 +35,10 @@ from google.protobuf.message import DecodeError
 
 from common.errors import BinlogError, CodecError
 from common.pb import pump_pb2
+from common.pb.wire import pull_entity, split_binlog
 from common.tls import TLS, connect_hint
 from drainer.malloc import trim
 from drainer.merger import MergeItem, Merger
-from drainer.wire import pull_entity, split_binlog
 
 if TYPE_CHECKING:
     from drainer.metrics import DrainerMetrics

@@ -43,8 +43,8 @@ from google.protobuf.message import DecodeError
 from common.binlogfile import BinlogFileWriter, Position, ReadStats, iter_records, list_binlog_files
 from common.dirs import dir_error
 from common.errors import BinlogError, CodecError, ConfigError, StorageError
+from common.events import Txn, dml_memory
 from common.pb import secondary_binlog_pb2 as spb
-from drainer.events import Txn, dml_memory
 from drainer.relay_codec import ShapeCache, closing_marker, decode_record, encode_txn, marker_kind, opening_marker
 from drainer.sinks.base import OnSuccess, Sink, SinkError, SinkObserver
 

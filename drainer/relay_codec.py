@@ -38,12 +38,12 @@ from common.codec.flatten import BINARY_CHARSET, DEFAULT_CHARSET, ColumnType, My
 from common.codec.json_binary import json_to_text, parse_json_text
 from common.codec.mytime import format_duration
 from common.errors import CodecError
+from common.events import DDL, DML, DMLType, TableShape, Txn
+from common.filters import ddl_event
 from common.pb import secondary_binlog_pb2 as spb
 from common.schema.defaults import parse_date_text, parse_datetime_text, parse_time_text
 from common.schema.infoschema import InfoSchema
 from common.schema.model import ColumnInfo, IndexInfo, Job, JobType, TableInfo
-from drainer.events import DDL, DML, DMLType, TableShape, Txn
-from drainer.filters import ddl_event
 from drainer.sinks.file import time_text, type_name
 
 __all__ = [

@@ -25,10 +25,10 @@ from typing import Protocol
 
 from common.errors import BinlogError
 from common.etcd import EtcdClient
+from common.events import DDL, TableShape
 from common.schema.history import DDLHistory
 from common.schema.infoschema import InfoSchema
 from common.schema.model import Job, JobState, JobType
-from drainer.events import DDL, TableShape
 
 log = logging.getLogger(__name__)
 

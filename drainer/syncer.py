@@ -35,10 +35,10 @@ from dataclasses import dataclass
 from typing import Final
 
 from common.errors import BinlogError
+from common.events import DDL, DML, Txn, dml_memory
+from common.filters import Filter
 from common.pb import binlog_pb2
 from drainer.checkpoint import Checkpoint
-from drainer.events import DDL, DML, Txn, dml_memory
-from drainer.filters import Filter
 from drainer.malloc import trim
 from drainer.merger import MergeItem, Merger
 from drainer.metrics import DrainerMetrics

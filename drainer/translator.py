@@ -19,7 +19,7 @@ Rows are ``{column id: datum}``; each is read with the table valid at the binlog
 
 Mutations on the old id of a truncated table are dropped (the original ``rewriteForOldVersion``).
 
-The prewrite value is read in place (:mod:`drainer.wire`): a row is copied out of the binlog's
+The prewrite value is read in place (:mod:`common.pb.wire`): a row is copied out of the binlog's
 bytes only to be decoded, and :func:`translate_iter` decodes rows as they are taken, so a
 transaction of a million rows costs its bytes plus the rows in hand, not a million decoded rows.
 """
@@ -33,12 +33,12 @@ from typing import Any
 from common.codec import Datum, Kind, decode_deleted_row, decode_inserted_row, decode_updated_row, unflatten
 from common.codec.row import Row as DatumRow
 from common.errors import BinlogError, CodecError
+from common.events import DML, DMLType, Row, TableShape
 from common.pb import binlog_pb2
+from common.pb.wire import MutationView, read_prewrite_value
 from common.schema.defaults import default_value
 from common.schema.model import ColumnInfo
-from drainer.events import DML, DMLType, Row, TableShape
 from drainer.schema import DrainerSchema
-from drainer.wire import MutationView, read_prewrite_value
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ def translate(
     `skip_table` says so are not decoded at all (a filtered table costs no decoding).  Raises
     :class:`~drainer.schema.UnknownTableError` for a table the schema does not know at that version
     and :class:`TranslateError` for rows that do not decode.  `prewrite_value`: the binlog's
-    prewrite value when `b` was parsed without it (:func:`drainer.wire.split_binlog`).
+    prewrite value when `b` was parsed without it (:func:`common.pb.wire.split_binlog`).
     """
     version, dmls = translate_iter(b, schema, node_id=node_id, skip_table=skip_table, prewrite_value=prewrite_value)
     return version, list(dmls)

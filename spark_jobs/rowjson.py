@@ -4,7 +4,7 @@ Spark columns are flat and typed; a row of any table is carried as one STRING in
 DataFrame holds the changes of every table.  The text is canonical: one value has one text, so two
 images of the same row compare equal as strings and a key can be grouped on.
 
-Each value is first put in its sqlite store form (`upstream.store.values.to_sqlite`: integers, floats,
+Each value is first put in its sqlite store form (`common.sql.values.to_sqlite`: integers, floats,
 DECIMAL as plain text with its scale, temporal values as text, TIMESTAMP in UTC, JSON as canonical
 JSON text, BIGINT UNSIGNED above 2**63-1 as 20-digit text), then binary strings and BIT values become
 base64 text.  Decoding needs the column (its type says which text is which) and gives back the value
@@ -26,7 +26,7 @@ from typing import Any, Final
 
 from common.codec.flatten import MySQLType
 from common.schema.model import ColumnInfo, TableInfo
-from upstream.store.values import from_sqlite, to_sqlite
+from common.sql.values import from_sqlite, to_sqlite
 
 __all__ = ["decode_row", "decode_value", "dumps", "encode_key", "encode_row", "encode_value", "key_columns"]
 

@@ -39,9 +39,7 @@ from common.dsn import SqliteDSN, parse_dsn
 from common.errors import BinlogError, ConfigError
 from common.schema.infoschema import InfoSchema
 from common.schema.model import HIDDEN_HANDLE, TableInfo
-from upstream.store.base import Dialect
-from upstream.store.mysql import MySQLDialect
-from upstream.store.sqlite import SqliteDialect
+from common.sql.dialect import Dialect, MySQLDialect, SqliteDialect
 
 if TYPE_CHECKING:
     from upstream.database import Database

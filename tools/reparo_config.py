@@ -33,7 +33,7 @@ from common import tso
 from common.config import ArgumentParser, add_flags, at_least, flags_from_args, load
 from common.config.cli import CONFIG_FILE_DEST
 from common.errors import ConfigError
-from drainer.config_syncer import TableName, name_pattern
+from common.filters import TableName, name_pattern
 
 __all__ = [
     "DATETIME_FORMAT",

@@ -3,7 +3,7 @@
 Each `column` of an Event row carries its name, `tp` (the MySQL type byte), `mysql_type` (TiDB's type
 name: "varbinary" / "blob" mark binary strings) and `value` (`changed_value`: an update's new value),
 one encoded datum each. The file sink "formatted" some types to text first; they come back as the
-values the loader's SQL layer (`drainer.sql`, `upstream.store.values.to_mysql`) takes:
+values the loader's SQL layer (`common.sql.render`, `common.sql.values.to_mysql`) takes:
 
     datum            column type                          value given to the loader
     NULL (00)        any                                  None
@@ -39,10 +39,10 @@ from google.protobuf.message import DecodeError
 from common.codec import Datum, Kind, MySQLType, decode_one, parse_json_text
 from common.codec.flatten import BINARY_CHARSET, DEFAULT_CHARSET, ColumnType
 from common.errors import CodecError
+from common.events import DML, DMLType, TableShape
 from common.pb import pb_binlog_pb2
 from common.schema.defaults import parse_date_text, parse_datetime_text, parse_time_text
 from common.schema.model import ColumnInfo, IndexInfo, TableInfo
-from drainer.events import DML, DMLType, TableShape
 
 __all__ = ["EVENT_TYPES", "KeyLookup", "PbColumn", "Shapes", "decode_value", "event_to_dml", "parse_columns"]
 

@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, TextIO
 
 import pymysql
 
+from common.events import DDL, Txn
 from common.pb import pb_binlog_pb2
 from common.schema.infoschema import InfoSchema
 from common.schema.model import Job, JobType
-from drainer.events import DDL, Txn
 from drainer.sinks.base import SinkError
 from drainer.sinks.mysql import MySQLSink
 from tools.reparo_config import ReparoConfig

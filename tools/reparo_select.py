@@ -10,7 +10,7 @@
   only smaller commit_ts. Archived `.tar.gz` files are not read (`list_binlog_files` warns).
 * **Filters** (`Selection`): `replicate-do-db` / `[[replicate-do-table]]` make an allow-list,
   then `replicate-ignore-db` / `[[replicate-ignore-table]]` drop what matches (the drainer's
-  `drainer.filters.Filter`, names `~regex` or exact, any case). DML events are filtered one by
+  `common.filters.Filter`, names `~regex` or exact, any case). DML events are filtered one by
   one; a DDL by the schema and table parsed from its query (`tools.reparo_ddl`), a database
   statement by its schema.
 """
@@ -28,9 +28,8 @@ from google.protobuf.message import DecodeError
 from common.binlogfile import Record, iter_records, list_binlog_files
 from common.binlogfile.reader import ReadStats, scan_file
 from common.errors import StorageError
+from common.filters import Filter, TableName
 from common.pb import pb_binlog_pb2
-from drainer.config_syncer import TableName
-from drainer.filters import Filter
 from tools.reparo_ddl import ParsedDDL, parse_ddl
 
 __all__ = ["Selected", "Selection", "Window", "first_commit_ts", "first_file", "newest_commit_ts"]

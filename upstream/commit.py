@@ -57,6 +57,7 @@ from typing import TYPE_CHECKING
 
 from common.pb import binlog_pb2
 from common.pb.gogo import uvarint, varint
+from common.sql.dialect import StoreError
 from common.txnstatus import status_row_deadline_ms
 from pump_client.payload import EncodedBinlog
 from upstream.errors import (
@@ -66,7 +67,6 @@ from upstream.errors import (
     TxnTooLargeError,
     WriteConflictError,
 )
-from upstream.store.base import StoreError
 
 if TYPE_CHECKING:
     from upstream.txn import Entry, Transaction

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from common.errors import BinlogError
 from common.schema.model import SchemaError
-from upstream.store.base import DuplicateKeyError, StoreError
+from common.sql.dialect import StoreError
+from upstream.store.base import DuplicateKeyError
 
 
 class WriterError(BinlogError):

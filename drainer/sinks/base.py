@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from common.errors import BinlogError
-from drainer.events import Txn
+from common.events import Txn
 
 OnSuccess = Callable[[int], None]
 

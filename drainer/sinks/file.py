@@ -41,9 +41,9 @@ from common.codec import NULL, bytes_datum, encode_datum, flatten, format_durati
 from common.codec.flatten import ColumnType, MySQLType
 from common.codec.mytime import MysqlTime
 from common.errors import BinlogError, CodecError
+from common.events import DDL, DML, DMLType, Txn
+from common.filters import ddl_event
 from common.pb import pb_binlog_pb2
-from drainer.events import DDL, DML, DMLType, Txn
-from drainer.filters import ddl_event
 from drainer.sinks.base import OnSuccess, Sink, SinkError
 
 __all__ = [

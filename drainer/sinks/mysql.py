@@ -16,7 +16,7 @@ holds the text of one query at a time, not of its whole chunk.
 
 A DDL runs as ``USE `db```; ``<query>`` (CREATE DATABASE without USE); a CREATE TABLE whose text
 names no character set or collation gets the table's, mapped to the server's collations
-(:mod:`drainer.collation`; the server's list is read once per sink); the errors of
+(:mod:`common.sql.collation`; the server's list is read once per sink); the errors of
 :data:`IGNORABLE_DDL_ERRORS` (exists / does not exist) are logged and ignored.  Lost
 connections, deadlocks and lock wait timeouts are retriable (:data:`RETRIABLE_ERRORS`); the
 connection is re-opened on the next try.  ``DDL.skip`` is not executed.
@@ -38,9 +38,10 @@ import pymysql
 from pymysql.constants import CLIENT
 
 from common.errors import ConfigError
+from common.events import DDL, DML
 from common.schema.model import JobType
-from drainer.collation import downstream_collation, with_table_options
-from drainer.events import DDL, DML
+from common.sql.collation import downstream_collation, with_table_options
+from common.sql.render import Renderer
 from drainer.loader import (
     DEFAULT_MAX_INFLIGHT_BYTES,
     DEFAULT_TXN_BATCH,
@@ -51,7 +52,6 @@ from drainer.loader import (
     LoaderSink,
 )
 from drainer.sinks.base import SinkError, SinkObserver
-from drainer.sql import Renderer
 
 log = logging.getLogger(__name__)
 

@@ -21,11 +21,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from drainer.events import DDL, DML
+from common.events import DDL, DML
+from common.sql.dialect import SqliteDialect
+from common.sql.render import Renderer
 from drainer.loader import DEFAULT_MAX_INFLIGHT_BYTES, DEFAULT_TXN_BATCH, ExecError, Executor, Loader, LoaderSink
 from drainer.sinks.base import SinkError, SinkObserver
-from drainer.sql import Renderer
-from upstream.store.sqlite import SqliteDialect
 
 log = logging.getLogger(__name__)
 

@@ -25,8 +25,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
+from common.vlog_record import ValuePointer
 from pump.storage.api import NullObserver, StorageObserver
-from pump.storage.vlog_record import ValuePointer
 
 __all__ = ["ChaserItem", "ChaserTimings", "SlowChaser"]
 

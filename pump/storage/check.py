@@ -20,10 +20,10 @@ from typing import Final
 
 from common.errors import CodecError, StorageError
 from common.pb import binlog_pb2
+from common.vlog_record import ValuePointer
 from pump.storage.entry import index_ts, parse_binlog
 from pump.storage.index import DECISIONS_KEY, LATE_PREFIX, MAX_COMMIT_TS_KEY, TS_PREFIX, Index, late_key, ts_key
 from pump.storage.vlog import ValueLog
-from pump.storage.vlog_record import ValuePointer
 
 __all__ = ["MAX_PROBLEMS", "check_storage"]
 

@@ -12,7 +12,7 @@ from google.protobuf.message import DecodeError
 
 from common.errors import CodecError
 from common.pb import binlog_pb2
-from pump.storage.vlog_record import ValuePointer
+from common.vlog_record import ValuePointer
 
 __all__ = [
     "COMMIT",

@@ -33,7 +33,7 @@ from typing import Any, Final, NamedTuple
 import plyvel
 
 from common.errors import StorageError
-from pump.storage.vlog_record import POINTER_SIZE, ValuePointer, decode_pointer
+from common.vlog_record import POINTER_SIZE, ValuePointer, decode_pointer
 
 __all__ = [
     "DECISIONS_KEY",

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Final
 
+from common.vlog_record import ValuePointer
 from pump.storage.api import StorageObserver
 from pump.storage.decisions import Decisions
 from pump.storage.entry import Entry
@@ -34,7 +35,6 @@ from pump.storage.index import (
 from pump.storage.primitives import Watermark
 from pump.storage.queues import BoundedQueue
 from pump.storage.sorter import Sorter
-from pump.storage.vlog_record import ValuePointer
 
 __all__ = ["IndexWriter"]
 

@@ -22,13 +22,13 @@ from typing import Final
 
 from common.errors import CodecError, CorruptRecordError, StorageClosedError, StorageError
 from common.pb import binlog_pb2, gogo
+from common.vlog_record import ValuePointer
 from pump.storage.api import NullObserver, PulledBinlog, StorageObserver
 from pump.storage.decisions import Decisions
 from pump.storage.entry import index_ts, parse_binlog
 from pump.storage.index import Index
 from pump.storage.primitives import ReaderGate, Watermark
 from pump.storage.vlog import ValueLog
-from pump.storage.vlog_record import ValuePointer
 
 __all__ = ["Puller", "merge_prewrite", "split_prewrite_value"]
 

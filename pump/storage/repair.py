@@ -19,6 +19,7 @@ from collections.abc import Iterator
 
 from common.errors import CodecError, CorruptRecordError, StorageError
 from common.pb import binlog_pb2
+from common.vlog_record import ValuePointer
 from pump.storage.decisions import Decisions, decides
 from pump.storage.entry import PREWRITE, parse_binlog
 from pump.storage.index import (
@@ -36,7 +37,6 @@ from pump.storage.index import (
     ts_key,
 )
 from pump.storage.vlog import ValueLog
-from pump.storage.vlog_record import ValuePointer
 
 __all__ = ["adopt_decisions", "drop_past_end"]
 

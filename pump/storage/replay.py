@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from typing import Final
 
 from common.errors import CodecError
+from common.vlog_record import ValuePointer
 from pump.storage.entry import Entry, is_probe, parse_binlog, prewrite_key_of
 from pump.storage.indexer import IndexWriter
 from pump.storage.vlog import ValueLog
-from pump.storage.vlog_record import ValuePointer
 
 __all__ = ["ReplayStats", "replay"]
 

@@ -27,8 +27,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Final
 
+from common.vlog_record import ValuePointer
 from pump.storage.entry import COMMIT, PREWRITE, Entry
-from pump.storage.vlog_record import ValuePointer
 
 __all__ = ["LONG_TXN_TSO", "Sorter", "Waiting"]
 

@@ -26,6 +26,7 @@ from typing import Final
 
 from common.errors import CodecError, CorruptRecordError, NoSpaceError, StorageClosedError, StorageError
 from common.pb import binlog_pb2, gogo
+from common.vlog_record import HEADER_SIZE, ValuePointer
 from pump.storage import diskguard
 from pump.storage.api import (
     CommitResolver,
@@ -58,7 +59,6 @@ from pump.storage.replay import replay
 from pump.storage.resolve import resolve_pass
 from pump.storage.sorter import LONG_TXN_TSO, Sorter
 from pump.storage.vlog import OpenReport, ValueLog
-from pump.storage.vlog_record import HEADER_SIZE, ValuePointer
 from pump.storage.writer import GROUP_COMMIT_DELAY, DoneCallback, VlogWriter
 
 __all__ = ["GC_KEEP_TSO", "Storage"]

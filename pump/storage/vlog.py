@@ -33,10 +33,7 @@ from pathlib import Path
 from typing import Final
 
 from common.errors import CodecError, CorruptRecordError, NoSpaceError, StorageClosedError, StorageError
-from pump.storage.diskguard import NO_SPACE_ERRNOS
-from pump.storage.entry import max_ts as record_max_ts
-from pump.storage.entry import parse_binlog
-from pump.storage.vlog_record import (
+from common.vlog_record import (
     DEFAULT_MAX_PAYLOAD,
     FOOTER_SIZE,
     HEADER_SIZE,
@@ -52,6 +49,9 @@ from pump.storage.vlog_record import (
     encode_header,
     parse_header,
 )
+from pump.storage.diskguard import NO_SPACE_ERRNOS
+from pump.storage.entry import max_ts as record_max_ts
+from pump.storage.entry import parse_binlog
 
 __all__ = ["FINALIZE_SIZE_AT_CLOSE", "OpenReport", "ValueLog", "file_name", "payload_max_ts"]
 

@@ -42,13 +42,13 @@ from collections.abc import Callable
 from typing import Final
 
 from common.errors import BinlogError, NoSpaceError, StorageClosedError, StorageError
+from common.vlog_record import HEADER_SIZE
 from pump.storage.api import NullObserver, StorageObserver
 from pump.storage.chaser import SlowChaser
 from pump.storage.entry import Entry
 from pump.storage.entry import max_ts as record_max_ts
 from pump.storage.queues import BoundedQueue
 from pump.storage.vlog import ValueLog
-from pump.storage.vlog_record import HEADER_SIZE
 
 __all__ = ["DoneCallback", "VlogWriter", "WriteRequest"]
 

@@ -1,7 +1,7 @@
 """Canonical row bytes and 64-bit row hashes, the same whichever store a row was read from (pure).
 
 A value is first made canonical by the store's own reader (``Dialect.from_store``:
-``upstream/store/values.py``'s ``from_sqlite`` / ``from_mysql`` with the column's type, as
+``common/sql/values.py``'s ``from_sqlite`` / ``from_mysql`` with the column's type, as
 ``tools/audit.py`` reads), so an sqlite TEXT ``'1.50'`` and a MySQL ``Decimal('1.50')`` are both
 ``Decimal('1.50')`` here.  When neither side knows the column types (two sqlite stores) the raw
 sqlite values are used: the writer's sqlite store keeps exactly one stored form per value.

@@ -33,8 +33,8 @@ from common.codec.flatten import INTEGER_TYPES, STRING_TYPES, MySQLType
 from common.errors import BinlogError
 from common.schema.model import HIDDEN_HANDLE, ColumnInfo, IndexInfo, TableInfo
 from common.schema.types import parse_type
+from common.sql.dialect import PK_INDEX
 from tools.audit import KeyChoice, choose_key, column_mismatch
-from upstream.store.base import PK_INDEX
 
 __all__ = [
     "AuditTable",

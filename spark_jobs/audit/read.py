@@ -15,7 +15,7 @@ TIMESTAMP values read back as the UTC the sqlite store keeps.
 
 Table discovery is ``tools.audit.DialectReader.table_names``; table definitions come from the store
 (``information_schema`` / ``PRAGMA``) into ``meta.StoreTable``; values are read with the dialect's
-``select_expr`` and converted with its ``from_store`` (``upstream/store/values.py``), as
+``select_expr`` and converted with its ``from_store`` (``common/sql/values.py``), as
 ``tools/audit.py`` reads them.
 
 Chunks are read by Spark tasks (:func:`read_partition`): one partition per chunk and side, each
@@ -40,15 +40,13 @@ import pymysql.cursors
 
 from common.dsn import MySQLDSN, parse_dsn
 from common.errors import BinlogError, ConfigError
+from common.sql.dialect import Dialect, MySQLDialect, SqliteDialect
 from spark_jobs.audit import hashing
 from spark_jobs.audit.compare import DOWN, UP
 from spark_jobs.audit.meta import AuditTable, StoreColumn, StoreIndex, StoreTable
 from spark_jobs.audit.plan import Chunk, Param, range_predicate
 from spark_jobs.errors import InputError
 from tools.audit import DialectReader, MySQLServer
-from upstream.store.base import Dialect
-from upstream.store.mysql import MySQLDialect
-from upstream.store.sqlite import SqliteDialect
 
 __all__ = [
     "SYSTEM_DATABASES",

@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Final
 
+from common.events import DML, DMLType
 from common.schema.model import ColumnInfo, TableInfo
-from drainer.events import DML, DMLType
 from spark_jobs.rowjson import encode_key, encode_row, key_columns
 
 if TYPE_CHECKING:

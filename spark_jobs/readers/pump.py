@@ -1,6 +1,6 @@
 """Pump data directories -> DataFrames of raw binlog records, scanned in parallel by byte range.
 
-A pump data directory holds `value/NNNNNN.vlog` files (framing in `pump/storage/vlog_record.py`),
+A pump data directory holds `value/NNNNNN.vlog` files (framing in `common/vlog_record.py`),
 `kv/` (its LevelDB index, not needed here: every fact is in the value log) and `.node` (its node id).
 Every vlog file is cut into ranges of `split_size` bytes (`ranges.py`) that tasks scan on their own,
 so a 500 MB file is read by several tasks and never held whole by one Python process.
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from common.errors import CodecError
 from common.framing import FrameDecoder, Record
-from pump.storage.vlog_record import FOOTER_SIZE, RecordDecoder, decode_footer
+from common.vlog_record import FOOTER_SIZE, RecordDecoder, decode_footer
 from spark_jobs.errors import InputError
 from spark_jobs.readers.damage import DamageReport, damage_accumulator
 from spark_jobs.readers.ranges import DEFAULT_SPLIT_SIZE, Damage, FileRange, plan_ranges, scan_range
@@ -123,7 +123,7 @@ def header_fields(payload: bytes) -> tuple[int, int, int, int] | None:
 
     Only the small fields are parsed: the prewrite value (the rows) is skipped, not copied.
     """
-    from drainer.wire import split_binlog
+    from common.pb.wire import split_binlog
 
     try:
         b, _ = split_binlog(payload)

@@ -2,7 +2,7 @@
 
 Two passes over the same byte ranges (`pump.py`):
 
-1. index: every task reads its range's record headers only (`drainer.wire.split_binlog`: the rows are
+1. index: every task reads its range's record headers only (`common.pb.wire.split_binlog`: the rows are
    skipped, not copied) and returns its commits packed as int64 pairs (start_ts, commit_ts), the DDL
    jobs it saw committed (job id -> commit_ts) and its counts.  The driver merges them into a
    `CommitIndex`: two sorted int64 arrays, 16 bytes per transaction, broadcast to the tasks.
@@ -75,7 +75,7 @@ class RangeIndex:
 
 def index_range(rng: FileRange, acc: Accumulator[DamageReport] | None) -> RangeIndex:
     """Pass 1 over one range."""
-    from drainer.wire import split_binlog
+    from common.pb.wire import split_binlog
 
     out = RangeIndex()
     pairs = array("q")
@@ -181,8 +181,8 @@ class DecodePlan:
 
 def scan_changes(rng: FileRange, plan: DecodePlan, errors: Accumulator[DamageReport] | None) -> Iterator[Change]:
     """Pass 2 over one range: the row changes of every committed prewrite in the window."""
+    from common.pb.wire import split_binlog
     from drainer.translator import translate_iter
-    from drainer.wire import split_binlog
 
     schema = build_schema(plan.jobs_json)
     report = DamageReport()

@@ -1,6 +1,6 @@
 """Splitting framed record files into byte ranges that Spark tasks scan independently.
 
-Both framings of this project (pump value logs, `pump/storage/vlog_record.py`; binlog files of the
+Both framings of this project (pump value logs, `common/vlog_record.py`; binlog files of the
 drainer's file sink, `common/binlogfile/record.py`) put a 4-byte magic in front of every record and a
 CRC over its payload, and both decoders resynchronise on the magic after damage
 (`common/framing.py`).  That is what lets a 500 MB file be read by several tasks without one task

@@ -2,16 +2,16 @@
 
 The tables are created first (`prepare_target`, on the driver), at their schema as of stop-ts:
     MySQL   CREATE DATABASE IF NOT EXISTS, CREATE TABLE IF NOT EXISTS with the store's column
-            declarations (`upstream.store.values.mysql_decl`), primary / unique / plain keys,
+            declarations (`common.sql.values.mysql_decl`), primary / unique / plain keys,
             InnoDB, the table's charset and collation mapped to the target's
-            (`drainer.collation`: utf8mb4_bin becomes the NO PAD binary collation where the
+            (`common.sql.collation`: utf8mb4_bin becomes the NO PAD binary collation where the
             server has one, so keys differing only in case or trailing spaces stay apart)
     sqlite  the upstream sqlite store's own layout (`SqliteDialect.create_table_sql`)
 A table that already exists must have the final columns (a re-run of the same replay finds its own
 tables); anything else is an error naming the table, before any row is written.
 
 Then every Spark partition of the compacted rows (`write_partition`) opens its own connection and
-writes its rows table by table in batches: live rows as multi-row REPLACE (`drainer.sql.Renderer`,
+writes its rows table by table in batches: live rows as multi-row REPLACE (`common.sql.render.Renderer`,
 at most `batch_rows` rows / about `batch_bytes` bytes per statement), tombstones as
 `DELETE ... WHERE <key> IN (...)`; one commit per batch.  REPLACE and DELETE by key make the write
 idempotent: running the replay again gives the same tables.  A deadlock or lock wait timeout
@@ -27,14 +27,14 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from common.events import DML, DMLType, TableShape
 from common.schema.defaults import default_value
 from common.schema.model import HIDDEN_HANDLE, TableInfo, table_from_dict, table_to_dict
-from drainer.collation import DEFAULT_CHARSET, DEFAULT_COLLATE, downstream_collation
-from drainer.events import DML, DMLType, TableShape
+from common.sql.collation import DEFAULT_CHARSET, DEFAULT_COLLATE, downstream_collation
+from common.sql.values import mysql_decl, to_mysql, to_sqlite
 from spark_jobs.errors import TargetError
 from spark_jobs.replay.target import MySQLTarget, SqliteTarget, Target
 from spark_jobs.rowjson import decode_row, decode_value, key_columns
-from upstream.store.values import mysql_decl, to_mysql, to_sqlite
 
 __all__ = [
     "DEFAULT_BATCH_BYTES",
@@ -198,7 +198,7 @@ def _prepare_mysql(target: MySQLTarget, tables: list[FinalTable]) -> tuple[int, 
 
 
 def _prepare_sqlite(target: SqliteTarget, tables: list[FinalTable]) -> tuple[int, int]:
-    from upstream.store.sqlite import SqliteDialect
+    from common.sql.dialect import SqliteDialect
 
     dialect = SqliteDialect()
     conn = _connect_sqlite(target)
@@ -276,7 +276,7 @@ class _Writer:
     """Batches per table, flushes through one connection."""
 
     def __init__(self, plan: WritePlan) -> None:
-        from drainer.sql import Renderer
+        from common.sql.render import Renderer
 
         self.plan = plan
         target = plan.target

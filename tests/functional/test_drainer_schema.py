@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 
 from common.etcd import EtcdClient
+from common.events import DDL, DML
 from common.pb import binlog_pb2
 from common.pd_client import TSOClient, read_cluster_id
 from common.schema.defaults import default_value
 from common.schema.model import JobType
-from drainer.events import DDL, DML
 from drainer.schema import DrainerSchema, EtcdJobSource
 from drainer.translator import translate
 from tests.functional.upstreamutil import pull_merged

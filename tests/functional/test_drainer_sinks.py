@@ -19,18 +19,18 @@ from typing import Any
 import pymysql
 import pytest
 
+from common.events import DDL, DML, DMLType, Row, TableShape, Txn
 from common.schema.defaults import default_value
 from common.schema.types import check_value
-from drainer.events import DDL, DML, DMLType, Row, TableShape, Txn
+from common.sql.dialect import SqliteDialect
+from common.sql.render import where_key
+from common.sql.values import from_mysql, from_sqlite, mysql_select_expr
 from drainer.sinks.base import Sink, SinkError
 from drainer.sinks.mysql import MySQLSink
 from drainer.sinks.sqlite import SqliteSink
-from drainer.sql import where_key
 from tests.harness.mysql import MySQLDSN
 from tests.unit.test_drainer_sql import Schema, dele, ins, upd
 from upstream.ddl import Column
-from upstream.store.sqlite import SqliteDialect
-from upstream.store.values import from_mysql, from_sqlite, mysql_select_expr
 from upstream.workloads.gen import TYPES_COLUMNS, types_changes, types_row
 
 pytestmark = pytest.mark.functional

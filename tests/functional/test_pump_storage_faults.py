@@ -16,10 +16,10 @@ from common.errors import CorruptRecordError
 from common.etcd import EtcdClient
 from common.pb import binlog_pb2
 from common.pd_client import TSOClient, read_cluster_id
+from common.vlog_record import HEADER_SIZE, parse_header
 from pump.storage.entry import is_fake
 from pump.storage.index import Index
 from pump.storage.vlog import file_name
-from pump.storage.vlog_record import HEADER_SIZE, parse_header
 from tests.functional.pumputil import PumpClient
 from tests.functional.test_pump_e2e import start_pump
 from tools.localcluster import EtcdProcess, PDProcess, PumpProcess

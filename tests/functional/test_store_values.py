@@ -22,8 +22,7 @@ from common.codec import MySQLType, decode_row, encode_row, flatten, unflatten
 from common.schema.defaults import default_literal, default_value
 from common.schema.model import ColumnInfo
 from common.schema.types import TIME_MAX, TIMESTAMP_MAX, TIMESTAMP_MIN, check_value, parse_type
-from tests.harness.mysql import MySQLDSN
-from upstream.store.values import (
+from common.sql.values import (
     from_mysql,
     from_sqlite,
     mysql_decl,
@@ -32,6 +31,7 @@ from upstream.store.values import (
     to_mysql,
     to_sqlite,
 )
+from tests.harness.mysql import MySQLDSN
 
 pytestmark = pytest.mark.functional
 

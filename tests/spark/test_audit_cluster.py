@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from common.pb import binlog_pb2
-from pump.storage.vlog_record import HEADER_SIZE
+from common.vlog_record import HEADER_SIZE
 from spark_jobs.audit.cli import add_parsers
 from spark_jobs.readers.pump import find_pump_dirs, pump_ranges, scan_raw
 from tests.functional.drainerutil import Cluster

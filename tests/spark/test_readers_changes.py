@@ -175,7 +175,7 @@ def test_file_sink_values_become_the_stored_values() -> None:
 def test_replay_reports_a_corrupted_record_and_goes_on(spark: Any, tmp_path: Path) -> None:
     import sqlite3
 
-    from pump.storage.vlog_record import HEADER_SIZE
+    from common.vlog_record import HEADER_SIZE
     from spark_jobs.replay.job import ReplayOptions, run_replay
     from spark_jobs.replay.target import SqliteTarget
 

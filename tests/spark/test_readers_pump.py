@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from common.pb import binlog_pb2
-from pump.storage.vlog_record import HEADER_SIZE
+from common.vlog_record import HEADER_SIZE
 from spark_jobs.errors import InputError
 from spark_jobs.readers.damage import DamageReport, damage_accumulator
 from spark_jobs.readers.pump import binlog_records, find_pump_dirs, pump_ranges, scan_raw, scan_vlog_range

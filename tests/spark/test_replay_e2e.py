@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 
 from common.schema.model import Job
+from common.sql.dialect import MySQLDialect
 from spark_jobs.readers.ddl import read_export
 from tests.functional.audit import audit_mysql, audit_sqlite
 from tests.functional.drainerutil import Cluster, run_side_by_side
 from tests.spark.test_replay_cli import spark_cli
 from tools.audit import DialectReader, audit_schema, mysql_reader
-from upstream.store.mysql import MySQLDialect
 from upstream.workloads import WorkloadOptions, make_workload
 
 pytestmark = [pytest.mark.spark, pytest.mark.functional]

@@ -15,6 +15,7 @@ import pytest
 from common.errors import ConfigError
 from common.schema.infoschema import InfoSchema
 from common.schema.model import Job, TableInfo
+from common.sql.dialect import SqliteDialect
 from tools.audit import (
     AuditResult,
     KeyChoice,
@@ -26,7 +27,6 @@ from tools.audit import (
     sqlite_reader,
 )
 from upstream.ddl import Column, Planner
-from upstream.store.sqlite import SqliteDialect
 
 DB = "shop"
 

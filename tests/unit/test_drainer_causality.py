@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from common.events import DML, DMLType, TableShape
 from drainer.causality import Causality, dml_keys, worker_of
-from drainer.events import DML, DMLType, TableShape
 from tests.unit.test_drainer_sql import Schema, dele, ins, upd
 from upstream.ddl import Column
 

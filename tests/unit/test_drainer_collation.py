@@ -1,10 +1,10 @@
-"""The charset and collation of a table created downstream (drainer.collation, pure)."""
+"""The charset and collation of a table created downstream (common.sql.collation, pure)."""
 
 from __future__ import annotations
 
 import pytest
 
-from drainer.collation import Choice, downstream_collation, with_table_options
+from common.sql.collation import Choice, downstream_collation, with_table_options
 
 MARIADB = {"utf8mb4_bin": "utf8mb4", "utf8mb4_nopad_bin": "utf8mb4", "utf8mb4_general_ci": "utf8mb4",
            "latin1_bin": "latin1", "latin1_nopad_bin": "latin1", "latin1_swedish_ci": "latin1"}  # fmt: skip

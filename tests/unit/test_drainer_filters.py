@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from common.events import DMLType
+from common.filters import Filter, NamePattern, ddl_event
 from drainer.config import EventFilterRule, TableName, load_config
-from drainer.events import DMLType
-from drainer.filters import Filter, NamePattern, ddl_event
+from drainer.config_syncer import syncer_filter
 
 
 def test_defaults_skip_system_schemas_and_the_checkpoint() -> None:
-    f = Filter.from_config(load_config(env={}))
+    f = syncer_filter(load_config(env={}).syncer)
     assert f.skip_table("mysql", "user")
     assert f.skip_table("information_schema", "tables")
     assert f.skip_table("Performance_Schema", "x")
@@ -24,7 +25,7 @@ def test_defaults_skip_system_schemas_and_the_checkpoint() -> None:
 
 
 def test_configured_checkpoint_schema_is_skipped_too() -> None:
-    f = Filter.from_config(load_config(flags={"syncer.to.checkpoint.schema": "cp"}, env={}))
+    f = syncer_filter(load_config(flags={"syncer.to.checkpoint.schema": "cp"}, env={}).syncer)
     assert f.skip_table("cp", "checkpoint")
     assert f.skip_table("tidb_binlog", "checkpoint")
 
@@ -90,7 +91,7 @@ def test_case_sensitive() -> None:
 
 
 def test_skip_txn_by_commit_ts() -> None:
-    f = Filter.from_config(load_config(flags={"syncer.ignore-txn-commit-ts": "10,30"}, env={}))
+    f = syncer_filter(load_config(flags={"syncer.ignore-txn-commit-ts": "10,30"}, env={}).syncer)
     assert f.skip_txn(10)
     assert f.skip_txn(30)
     assert not f.skip_txn(20)
@@ -133,7 +134,7 @@ def test_rules_from_the_config_add_up() -> None:
         },
         env={},
     )
-    f = Filter.from_config(cfg)
+    f = syncer_filter(cfg.syncer)
     assert f.skip_dml("s", "t", DMLType.INSERT)
     assert f.skip_dml("s", "t", DMLType.DELETE)
     assert not f.skip_dml("s", "u", DMLType.DELETE)

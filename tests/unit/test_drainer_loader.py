@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from drainer.events import DDL, DML, Txn, dml_memory
+from common.events import DDL, DML, Txn, dml_memory
 from drainer.loader import ExecError, Executor, Loader
 from drainer.sinks.base import SinkError
 from tests.unit.test_drainer_causality import Table, random_dmls

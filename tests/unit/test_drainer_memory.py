@@ -19,14 +19,14 @@ from typing import Any
 
 import pytest
 
+from common.events import DML, Txn, dml_memory
 from common.pb import binlog_pb2
+from common.pb.wire import split_binlog
 from common.schema.model import TableInfo
-from drainer.events import DML, Txn, dml_memory
+from common.sql.render import Renderer
 from drainer.merger import MergeItem
 from drainer.schema import DrainerSchema
-from drainer.sql import Renderer
 from drainer.translator import translate, translate_iter
-from drainer.wire import split_binlog
 from tests.unit.test_drainer_schema import Writer, full_row
 from tests.unit.test_drainer_syncer import DEADLINE, NODE, FakeSink, MemoryCheckpoint, Rig
 from upstream.ddl import Column

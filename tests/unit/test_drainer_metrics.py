@@ -14,8 +14,8 @@ import pytest
 
 from common import tso
 from common.errors import CodecError
+from common.events import Txn
 from common.pb import binlog_pb2, gogo
-from drainer.events import Txn
 from drainer.merger import MergeItem, Merger
 from drainer.metrics import UNMARSHAL_BINLOG, DrainerMetrics, error_type
 from drainer.puller import Puller, PullerError

@@ -14,11 +14,11 @@ import pytest
 
 from common.binlogfile import BinlogFileWriter, list_binlog_files
 from common.binlogfile.record import encode_record
+from common.events import DDL, DML, DMLType, TableShape, Txn
 from common.pb import secondary_binlog_pb2 as spb
 from common.schema.infoschema import InfoSchema
 from common.schema.model import ColumnInfo, IndexInfo, Job, JobType, TableInfo
 from common.schema.types import check_value, parse_type
-from drainer.events import DDL, DML, DMLType, TableShape, Txn
 from drainer.relay import RecoveryResult, RelayError, RelayMeta, RelaySink, RelayStats, read_relay, recover
 from drainer.relay_codec import ShapeCache, decode_record, encode_txn
 from drainer.sinks.base import OnSuccess, Sink, SinkError

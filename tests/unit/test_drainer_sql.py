@@ -1,4 +1,4 @@
-"""DML -> SQL rendering (drainer/sql.py) for MySQL and sqlite; also the schema helper other drainer tests use."""
+"""DML -> SQL rendering (common/sql/render.py) for MySQL and sqlite; also the schema helper other drainer tests use."""
 
 from __future__ import annotations
 
@@ -13,15 +13,15 @@ from typing import Any
 import pytest
 
 from common.errors import ConfigError
+from common.events import DDL, DML, DMLType, Row, TableShape
 from common.schema.infoschema import InfoSchema
 from common.schema.model import Job, JobType
 from common.schema.types import check_value
-from drainer.events import DDL, DML, DMLType, Row, TableShape
+from common.sql.dialect import SqliteDialect
+from common.sql.render import MYSQL_CONVERTED, Renderer, where_key
+from common.sql.values import to_mysql
 from drainer.sinks.mysql import session_time_zone
-from drainer.sql import MYSQL_CONVERTED, Renderer, where_key
 from upstream.ddl import Column, Planner
-from upstream.store.sqlite import SqliteDialect
-from upstream.store.values import to_mysql
 from upstream.workloads.gen import TYPES_COLUMNS
 
 U64 = 2**64 - 1

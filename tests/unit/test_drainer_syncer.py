@@ -24,12 +24,12 @@ import pytest
 
 from common import tso
 from common.errors import BinlogError
+from common.events import DMLType, Txn
 from common.pb import binlog_pb2
 from common.schema.model import Job, JobState, TableInfo
 from drainer.checkpoint import Checkpoint, CheckpointState, FileCheckpoint
 from drainer.config import load_config
-from drainer.events import DMLType, Txn
-from drainer.filters import Filter
+from drainer.config_syncer import syncer_filter
 from drainer.merger import MergeItem, Merger
 from drainer.metrics import DrainerMetrics
 from drainer.schema import DrainerSchema, MemoryJobSource, UnknownTableError
@@ -316,7 +316,7 @@ class Rig:
             self.schema,
             self.sink,
             self.checkpoint,
-            Filter.from_config(cfg),
+            syncer_filter(cfg.syncer),
             start_ts=0,
             schema_version=v,
             sync_ddl=cfg.syncer.sync_ddl,

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from common.codec import encode_inserted_row, encode_updated_row, float_datum, int_datum
+from common.events import DML, DMLType
 from common.pb import binlog_pb2
 from common.pb.gogo import marshal_prewrite_value
 from common.schema.model import TableInfo
-from drainer.events import DML, DMLType
 from drainer.schema import DrainerSchema, UnknownTableError
 from drainer.translator import TranslateError, is_fake, translate
 from tests.unit.test_drainer_schema import Writer, full_row

@@ -1,4 +1,4 @@
-"""drainer/wire.py: reading pulled binlogs in place agrees with protobuf, and copies nothing large."""
+"""common/pb/wire.py: reading pulled binlogs in place agrees with protobuf, and copies nothing large."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from common.errors import CodecError
 from common.pb import binlog_pb2, gogo, pump_pb2
-from drainer.wire import pull_entity, read_prewrite_value, split_binlog
+from common.pb.wire import pull_entity, read_prewrite_value, split_binlog
 
 MUTATION_TYPES = [binlog_pb2.Insert, binlog_pb2.Update, binlog_pb2.DeleteRow]
 rows = st.lists(st.binary(max_size=40), max_size=6)

@@ -11,11 +11,11 @@ from typing import NamedTuple
 import pytest
 
 from common.pb import binlog_pb2, gogo
+from common.vlog_record import ValuePointer
 from pump.storage.chaser import SlowChaser
 from pump.storage.entry import Entry
 from pump.storage.queues import BoundedQueue
 from pump.storage.vlog import ValueLog
-from pump.storage.vlog_record import ValuePointer
 from pump.storage.writer import VlogWriter
 
 

@@ -16,12 +16,12 @@ import pytest
 
 from common.errors import NoSpaceError, StorageError
 from common.pb import binlog_pb2, gogo
+from common.vlog_record import HEADER_SIZE, ValuePointer
 from pump.storage import diskguard
 from pump.storage.api import StorageOptions
 from pump.storage.diskguard import DiskGuard
 from pump.storage.storage import Storage
 from pump.storage.vlog import ValueLog
-from pump.storage.vlog_record import HEADER_SIZE, ValuePointer
 from tests.unit.test_pump_server import DEADLINE, commit, prewrite
 from tests.unit.test_pump_storage_support import FAST_CHASER, Tso, options
 from tests.unit.test_pump_write_refusals import OK, DiskPump, start_disk_pump

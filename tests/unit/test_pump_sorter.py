@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from common.vlog_record import ValuePointer
 from pump.storage.entry import COMMIT, PREWRITE, ROLLBACK, Entry
 from pump.storage.sorter import Sorter
-from pump.storage.vlog_record import ValuePointer
 
 
 class Feed:

@@ -10,11 +10,11 @@ import pytest
 
 from common.errors import NoSpaceError, StorageClosedError, StorageError
 from common.pb import binlog_pb2, gogo
+from common.vlog_record import HEADER_SIZE, encode_record
 from pump.storage.api import PulledBinlog, Resolution, Verdict
 from pump.storage.index import Index
 from pump.storage.storage import GC_KEEP_TSO, Storage
 from pump.storage.vlog import file_name
-from pump.storage.vlog_record import HEADER_SIZE, encode_record
 from tests.unit.test_pump_storage_support import (
     FAST_CHASER,
     FakeResolver,

@@ -11,11 +11,11 @@ import pytest
 
 from common import tso
 from common.pb import binlog_pb2
+from common.vlog_record import ValuePointer
 from pump.storage import diskguard
 from pump.storage.api import Resolution, Verdict
 from pump.storage.index import ts_key
 from pump.storage.storage import GC_KEEP_TSO, Storage
-from pump.storage.vlog_record import ValuePointer
 from tests.unit.test_pump_storage_support import (
     FAST_CHASER,
     FakeResolver,

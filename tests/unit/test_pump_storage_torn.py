@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from common.vlog_record import HEADER_SIZE
 from pump.storage.api import NullObserver
 from pump.storage.index import Index
 from pump.storage.storage import Storage
 from pump.storage.vlog import file_name
-from pump.storage.vlog_record import HEADER_SIZE
 from tests.unit.test_pump_storage_support import FAST_CHASER, Tso, commit, options, prewrite, pull_upto, write
 
 

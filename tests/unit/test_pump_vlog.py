@@ -10,8 +10,8 @@ import pytest
 
 from common.errors import CorruptRecordError, StorageClosedError, StorageError
 from common.pb import binlog_pb2, gogo
+from common.vlog_record import FOOTER_SIZE, HEADER_SIZE, ValuePointer, decode_footer, encode_record
 from pump.storage.vlog import FINALIZE_SIZE_AT_CLOSE, ValueLog, file_name
-from pump.storage.vlog_record import FOOTER_SIZE, HEADER_SIZE, ValuePointer, decode_footer, encode_record
 
 
 def payload(ts: int, size: int = 100) -> bytes:

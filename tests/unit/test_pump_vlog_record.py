@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from common.errors import CorruptRecordError
-from pump.storage.vlog_record import (
+from common.vlog_record import (
     HEADER_SIZE,
     Corruption,
     DecodeEvent,

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from common.pb import binlog_pb2, gogo
+from common.vlog_record import ValuePointer, encode_footer
 from pump.storage.vlog import ValueLog
-from pump.storage.vlog_record import ValuePointer, encode_footer
 
 
 def _commit_ending_like_a_footer(start_ts: int, commit_ts: int, forged_max_ts: int) -> bytes:

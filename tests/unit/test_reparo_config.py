@@ -11,7 +11,7 @@ import pytest
 
 from common import tso
 from common.errors import ConfigError
-from drainer.config_syncer import TableName
+from common.filters import TableName
 from tools.reparo import main
 from tools.reparo_config import build_parser, load_config, normalize_argv, parse_args, parse_datetime
 

@@ -12,13 +12,13 @@ import pytest
 from common.codec import MysqlTime
 from common.codec.flatten import ColumnType, MySQLType
 from common.errors import CodecError
+from common.events import DDL, DML, DMLType, TableShape, Txn
 from common.pb import pb_binlog_pb2
 from common.schema.infoschema import InfoSchema
 from common.schema.model import ColumnInfo, IndexInfo, Job, JobType, TableInfo
 from common.schema.types import check_value, parse_type
-from drainer.events import DDL, DML, DMLType, TableShape, Txn
+from common.sql.render import Renderer
 from drainer.sinks.file import txn_to_pb
-from drainer.sql import Renderer
 from tools.reparo_ddl import parse_ddl, split_use
 from tools.reparo_decode import Shapes, event_to_dml, parse_columns
 from upstream.workloads.gen import TYPES_COLUMNS, types_row

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from common.dsn import MySQLDSN, parse_dsn
-from upstream.store.base import DuplicateKeyError, Row, Session, Store, StoreError
+from common.sql.dialect import StoreError
+from upstream.store.base import DuplicateKeyError, Row, Session, Store
 
 
 def open_store(dsn: str, *, mysql_db_prefix: str = "") -> Store:

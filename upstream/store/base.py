@@ -1,4 +1,4 @@
-"""What the writer needs from a store, and the SQL both stores share.
+"""What the writer needs from a store; the SQL both stores share is in :mod:`common.sql.dialect`.
 
 A logical table ``db.t`` is one real table (sqlite: ``"db.t"`` in the one file; MySQL:
 `` `<prefix>db`.`t` ``).  Its key column is the integer primary key when the table uses it
@@ -14,17 +14,12 @@ import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from common.errors import BinlogError
 from common.schema.infoschema import InfoSchema
-from common.schema.model import HIDDEN_HANDLE, ColumnInfo, IndexInfo, Job, JobType, TableInfo
+from common.schema.model import ColumnInfo, Job, JobType, TableInfo
+from common.sql.dialect import Dialect, StoreError
 
 Row = dict[str, Any]
 _T = TypeVar("_T")
-PK_INDEX = "pk_unique"
-
-
-class StoreError(BinlogError):
-    """The store refused a statement (other than a duplicate key)."""
 
 
 class DuplicateKeyError(StoreError):
@@ -35,128 +30,6 @@ class LockConflictError(StoreError):
     """Another transaction holds a lock this one needs (deadlock or lock wait timeout); run it again."""
 
     retriable = True
-
-
-class Dialect(abc.ABC):
-    """Quoting, placeholders and value conversion of one SQL engine."""
-
-    placeholder = "?"
-
-    @abc.abstractmethod
-    def quote(self, name: str) -> str: ...
-
-    @abc.abstractmethod
-    def table(self, db: str, table: str) -> str:
-        """The quoted physical name of a logical table."""
-
-    @abc.abstractmethod
-    def column_decl(self, col: ColumnInfo) -> str: ...
-
-    @abc.abstractmethod
-    def to_store(self, col: ColumnInfo, value: Any) -> Any: ...
-
-    @abc.abstractmethod
-    def from_store(self, col: ColumnInfo, raw: Any) -> Any: ...
-
-    def select_expr(self, col: ColumnInfo) -> str:
-        """How to read a column back exactly (a plain quoted name unless the engine needs help)."""
-        return self.quote(col.name)
-
-    @abc.abstractmethod
-    def handle_decl(self) -> str:
-        """Declaration of the hidden handle column."""
-
-    @abc.abstractmethod
-    def index_name(self, db: str, table: str, index: str) -> str:
-        """The quoted physical name of an index."""
-
-    # -------------------------------------------------------------- statements
-    def key_column(self, t: TableInfo) -> str:
-        h = t.handle_column
-        return h.name if h is not None else HIDDEN_HANDLE
-
-    def create_table_sql(self, db: str, t: TableInfo) -> list[str]:
-        cols = [self.column_decl(c) for c in t.columns]
-        if t.pk_is_handle:
-            pk = t.handle_column
-            assert pk is not None
-            cols.append(f"PRIMARY KEY ({self.quote(pk.name)})")
-        else:
-            cols.insert(0, self.handle_decl())
-        stmts = [f"CREATE TABLE {self.table(db, t.name)} ({', '.join(cols)})"]
-        stmts += self.index_statements(db, t)
-        return stmts
-
-    def physical_index(self, ix: IndexInfo) -> str:
-        """The store's name of an index (a declared primary key of a hidden-handle table is a unique index)."""
-        return PK_INDEX if ix.primary else ix.name
-
-    def index_statements(self, db: str, t: TableInfo) -> list[str]:
-        return [
-            self.create_index_sql(db, t.name, self.physical_index(ix), ix.columns, ix.unique or ix.primary)
-            for ix in t.indices
-            if not (ix.primary and t.pk_is_handle)
-        ]
-
-    def create_index_sql(self, db: str, table: str, name: str, columns: Sequence[str], unique: bool) -> str:
-        cols = ", ".join(self.quote(c) for c in columns)
-        kind = "UNIQUE INDEX" if unique else "INDEX"
-        return f"CREATE {kind} {self.index_name(db, table, name)} ON {self.table(db, table)} ({cols})"
-
-    index_names_follow_table = False
-    """True when index names embed the table name (sqlite: index names are per database)."""
-
-    @abc.abstractmethod
-    def drop_index_sql(self, db: str, table: str, name: str, *, old_db: str = "", old_table: str = "") -> str: ...
-
-    @abc.abstractmethod
-    def rename_sql(self, db: str, old: str, new_db: str, new: str) -> str: ...
-
-    def ddl_statements(self, job: Job, before: InfoSchema) -> list[str]:
-        """The physical statements that apply `job` (planned against `before`)."""
-        t = job.type
-        if t in (JobType.CREATE_SCHEMA, JobType.DROP_SCHEMA):
-            return self.schema_statements(job, before)
-        table = job.table
-        assert table is not None
-        db = job.schema_name
-        if t == JobType.CREATE_TABLE:
-            return self.create_table_sql(db, table)
-        old_ref = before.table_by_id(job.table_id)
-        assert old_ref is not None
-        old = old_ref.table
-        if t == JobType.DROP_TABLE:
-            return [f"DROP TABLE {self.table(db, old.name)}"]
-        if t == JobType.TRUNCATE_TABLE:
-            return [f"DELETE FROM {self.table(db, old.name)}"]
-        if t == JobType.RENAME_TABLE:
-            stmts = [self.rename_sql(old_ref.db.name, old.name, db, table.name)]
-            if self.index_names_follow_table:  # recreate the indexes under names of the new table
-                stmts += [
-                    self.drop_index_sql(
-                        db, table.name, self.physical_index(ix), old_db=old_ref.db.name, old_table=old.name
-                    )
-                    for ix in old.indices
-                    if not (ix.primary and old.pk_is_handle)
-                ]
-                stmts += self.index_statements(db, table)
-            return stmts
-        if t == JobType.ADD_COLUMN:
-            return [f"ALTER TABLE {self.table(db, old.name)} ADD COLUMN {self.column_decl(table.columns[-1])}"]
-        if t == JobType.DROP_COLUMN:
-            gone = next(c for c in old.columns if not table.has_column(c.name))
-            return [f"ALTER TABLE {self.table(db, old.name)} DROP COLUMN {self.quote(gone.name)}"]
-        if t == JobType.ADD_INDEX:
-            ix = table.indices[-1]
-            return [self.create_index_sql(db, table.name, ix.name, ix.columns, ix.unique)]
-        if t == JobType.DROP_INDEX:
-            names = {ix.name for ix in table.indices}
-            gone_ix = next(ix for ix in old.indices if ix.name not in names)
-            return [self.drop_index_sql(db, table.name, self.physical_index(gone_ix))]
-        raise StoreError(f"job type {t} has no store statements")
-
-    @abc.abstractmethod
-    def schema_statements(self, job: Job, before: InfoSchema) -> list[str]: ...
 
 
 class Session(abc.ABC):

@@ -13,66 +13,14 @@ from typing import Any
 import pymysql
 
 from common.dsn import MySQLDSN
-from common.schema.infoschema import InfoSchema
-from common.schema.model import HIDDEN_HANDLE, ColumnInfo, Job, JobType
-from upstream.store import values
-from upstream.store.base import Dialect, DuplicateKeyError, LockConflictError, Session, Store, StoreError
+from common.sql.dialect import Dialect, MySQLDialect, StoreError
+from upstream.store.base import DuplicateKeyError, LockConflictError, Session, Store
 
 ER_DUP_ENTRY = 1062
 ER_LOCK_WAIT_TIMEOUT = 1205
 ER_LOCK_DEADLOCK = 1213
 CONNECT_TIMEOUT = 10.0
 LOCK_WAIT_TIMEOUT = 50
-
-
-class MySQLDialect(Dialect):
-    placeholder = "%s"
-
-    def __init__(self, prefix: str) -> None:
-        self.prefix = prefix
-
-    def quote(self, name: str) -> str:
-        return "`" + name.replace("`", "``") + "`"
-
-    def physical_db(self, db: str) -> str:
-        return self.prefix + db
-
-    def table(self, db: str, table: str) -> str:
-        return f"{self.quote(self.physical_db(db))}.{self.quote(table)}"
-
-    def index_name(self, db: str, table: str, index: str) -> str:
-        return self.quote(index)
-
-    def column_decl(self, col: ColumnInfo) -> str:
-        return values.mysql_decl(col)
-
-    def to_store(self, col: ColumnInfo, value: Any) -> Any:
-        return values.to_mysql(col, value)
-
-    def from_store(self, col: ColumnInfo, raw: Any) -> Any:
-        return values.from_mysql(col, raw)
-
-    def select_expr(self, col: ColumnInfo) -> str:
-        return values.mysql_select_expr(col)
-
-    def handle_decl(self) -> str:
-        return f"{self.quote(HIDDEN_HANDLE)} BIGINT NOT NULL PRIMARY KEY"
-
-    def create_table_sql(self, db: str, t: Any) -> list[str]:
-        stmts = super().create_table_sql(db, t)
-        return [stmts[0] + " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin", *stmts[1:]]
-
-    def drop_index_sql(self, db: str, table: str, name: str, *, old_db: str = "", old_table: str = "") -> str:
-        return f"DROP INDEX {self.quote(name)} ON {self.table(db, table)}"
-
-    def rename_sql(self, db: str, old: str, new_db: str, new: str) -> str:
-        return f"RENAME TABLE {self.table(db, old)} TO {self.table(new_db, new)}"
-
-    def schema_statements(self, job: Job, before: InfoSchema) -> list[str]:
-        name = self.quote(self.physical_db(job.schema_name))
-        if job.type == JobType.CREATE_SCHEMA:
-            return [f"CREATE DATABASE {name} DEFAULT CHARACTER SET utf8mb4"]
-        return [f"DROP DATABASE {name}"]
 
 
 def _translate(exc: BaseException) -> BaseException | None:

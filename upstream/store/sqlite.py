@@ -18,52 +18,11 @@ from __future__ import annotations
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any
 
-from common.schema.infoschema import InfoSchema
-from common.schema.model import HIDDEN_HANDLE, ColumnInfo, Job, JobType
-from upstream.store import values
-from upstream.store.base import Dialect, DuplicateKeyError, LockConflictError, Session, Store, StoreError
+from common.sql.dialect import Dialect, SqliteDialect, StoreError
+from upstream.store.base import DuplicateKeyError, LockConflictError, Session, Store
 
 BUSY_TIMEOUT = 30.0
-
-
-class SqliteDialect(Dialect):
-    placeholder = "?"
-
-    def quote(self, name: str) -> str:
-        return '"' + name.replace('"', '""') + '"'
-
-    def table(self, db: str, table: str) -> str:
-        return self.quote(f"{db}.{table}")
-
-    def index_name(self, db: str, table: str, index: str) -> str:
-        return self.quote(f"{db}.{table}.{index}")
-
-    def column_decl(self, col: ColumnInfo) -> str:
-        return values.sqlite_decl(col)
-
-    def to_store(self, col: ColumnInfo, value: Any) -> Any:
-        return values.to_sqlite(col, value)
-
-    def from_store(self, col: ColumnInfo, raw: Any) -> Any:
-        return values.from_sqlite(col, raw)
-
-    def handle_decl(self) -> str:
-        return f"{self.quote(HIDDEN_HANDLE)} INTEGER PRIMARY KEY"
-
-    index_names_follow_table = True
-
-    def drop_index_sql(self, db: str, table: str, name: str, *, old_db: str = "", old_table: str = "") -> str:
-        return f"DROP INDEX {self.index_name(old_db or db, old_table or table, name)}"
-
-    def rename_sql(self, db: str, old: str, new_db: str, new: str) -> str:
-        return f"ALTER TABLE {self.table(db, old)} RENAME TO {self.table(new_db, new)}"
-
-    def schema_statements(self, job: Job, before: InfoSchema) -> list[str]:
-        if job.type == JobType.DROP_SCHEMA:
-            return [f"DROP TABLE {self.table(job.schema_name, r.table.name)}" for r in before.tables(job.schema_name)]
-        return []
 
 
 def _translate(exc: BaseException) -> BaseException | None:

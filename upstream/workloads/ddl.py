@@ -48,8 +48,9 @@ from typing import TYPE_CHECKING, Any
 
 from common.errors import BinlogError
 from common.schema.model import SchemaError, TableInfo
+from common.sql.dialect import StoreError
 from upstream.ddl import NO_DEFAULT, Column
-from upstream.store.base import DuplicateKeyError, StoreError
+from upstream.store.base import DuplicateKeyError
 from upstream.workloads.base import TxnOutcome, Workload, WorkloadOptions, backoff, ensure_database, run_txn
 from upstream.workloads.gen import (
     ascii_text,

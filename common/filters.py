@@ -24,16 +24,96 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Final
+from dataclasses import dataclass, field
+from typing import Final, Literal, get_args
 
-from drainer.config import DrainerConfig
-from drainer.config_syncer import DEFAULT_CHECKPOINT_SCHEMA, EventFilterRule, TableName
-from drainer.events import DMLType
+from common.events import DMLType
 
-__all__ = ["CHECKPOINT_SCHEMA", "Filter", "NamePattern", "ddl_event"]
+__all__ = [
+    "CHECKPOINT_SCHEMA",
+    "EVENT_NAMES",
+    "EventFilterRule",
+    "EventName",
+    "Filter",
+    "NamePattern",
+    "TableName",
+    "ddl_event",
+    "name_pattern",
+]
 
-CHECKPOINT_SCHEMA: Final = DEFAULT_CHECKPOINT_SCHEMA
+CHECKPOINT_SCHEMA: Final = "tidb_binlog"
+"""The drainer's own schema (its checkpoint table), never replicated."""
+
+EventName = Literal[
+    "all",
+    "all dml",
+    "all ddl",
+    "insert",
+    "update",
+    "delete",
+    "create database",
+    "drop database",
+    "create table",
+    "drop table",
+    "truncate table",
+    "rename table",
+    "alter table",
+    "create index",
+    "drop index",
+    "create view",
+    "drop view",
+]
+EVENT_NAMES: Final[tuple[str, ...]] = get_args(EventName)
+
+
+def _regex(text: str) -> None:
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise ValueError(f"bad regular expression {text!r}: {exc}") from None
+
+
+def name_pattern(value: str) -> None:
+    """A schema / table name pattern: non-empty; `~regex` must compile."""
+    if not value:
+        raise ValueError("must not be empty")
+    if value.startswith("~"):
+        if len(value) == 1:
+            raise ValueError("'~' must be followed by a regular expression")
+        _regex(value[1:])
+
+
+def _regexes(values: tuple[str, ...]) -> None:
+    for value in values:
+        _regex(value)
+
+
+@dataclass(frozen=True)
+class TableName:
+    """One `[[syncer.replicate-do-table]]` / `[[syncer.ignore-table]]` entry."""
+
+    db_name: str = field(default="", metadata={"validate": name_pattern})
+    tbl_name: str = field(default="", metadata={"validate": name_pattern})
+
+
+@dataclass(frozen=True)
+class EventFilterRule:
+    """`[[syncer.event-filter]]`: drop DML rows or DDLs of matching tables (ours; see the module doc).
+
+    schema-pattern / table-pattern: shell wildcards (`*`, `?`) or `~regex`; "*" matches every name, including
+    the empty table name of a database-level DDL. ignore-event: event names (EVENT_NAMES). ignore-sql:
+    regular expressions searched in DDL query text. Several matching rules add up.
+    """
+
+    schema_pattern: str = field(default="*", metadata={"validate": name_pattern})
+    table_pattern: str = field(default="*", metadata={"validate": name_pattern})
+    ignore_event: tuple[EventName, ...] = ()
+    ignore_sql: tuple[str, ...] = field(default=(), metadata={"validate": _regexes})
+
+    def validate(self) -> None:
+        if not self.ignore_event and not self.ignore_sql:
+            raise ValueError("an event-filter rule needs ignore-event or ignore-sql")
+
 
 _DML_EVENTS: Final = {DMLType.INSERT: "insert", DMLType.UPDATE: "update", DMLType.DELETE: "delete"}
 
@@ -112,7 +192,7 @@ class _EventRule:
 
 
 class Filter:
-    """The drainer's filters, built once from the config (`Filter.from_config`)."""
+    """The table and event filters of a drainer or reparo, built once from their config."""
 
     def __init__(
         self,
@@ -157,20 +237,6 @@ class Filter:
         )
         self._table_cache: dict[tuple[str, str], bool] = {}
         self._dml_cache: dict[tuple[str, str, DMLType], bool] = {}
-
-    @classmethod
-    def from_config(cls, cfg: DrainerConfig) -> Filter:
-        s = cfg.syncer
-        return cls(
-            ignore_schemas=s.ignore_schema_names,
-            ignore_tables=s.ignore_table,
-            do_dbs=s.replicate_do_db,
-            do_tables=s.replicate_do_table,
-            ignore_txn_commit_ts=s.ignore_txn_commit_ts,
-            event_rules=s.event_filter,
-            case_sensitive=s.case_sensitive,
-            internal_schemas={CHECKPOINT_SCHEMA, s.to.checkpoint.schema},
-        )
 
     # ------------------------------------------------------------------------------------------ tables
 

@@ -20,7 +20,7 @@ delete     ``DELETE FROM t WHERE <old key>``        same
 * Consecutive INSERTs (REPLACEs) into the same table become one multi-row statement, capped
   at ``max_rows`` rows, ``max_params`` parameters and about ``max_bytes`` of DML data.
 * Columns are ``shape.columns`` in order.  Parameters are converted per column with
-  :func:`upstream.store.values.to_mysql` / ``to_sqlite``.  For MySQL ``to_mysql`` changes only
+  :func:`common.sql.values.to_mysql` / ``to_sqlite``.  For MySQL ``to_mysql`` changes only
   TIMESTAMP, TIME, JSON and BIT values (:data:`MYSQL_CONVERTED`); other columns skip the call.
   MySQL TIMESTAMP values are UTC wall clock (the session's ``time_zone = '+00:00'``), or with
   ``tz`` the wall clock of that zone (a downstream session in another time zone).
@@ -37,9 +37,9 @@ from functools import partial
 from typing import Any
 
 from common.codec.flatten import MySQLType
+from common.events import DML, DMLType, Row, TableShape
 from common.schema.model import ColumnInfo
-from drainer.events import DML, DMLType, Row, TableShape
-from upstream.store.values import to_mysql, to_sqlite
+from common.sql.values import to_mysql, to_sqlite
 
 __all__ = ["MYSQL_CONVERTED", "Renderer", "Statement", "where_key"]
 
