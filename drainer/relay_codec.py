@@ -41,10 +41,10 @@ from common.errors import CodecError
 from common.events import DDL, DML, DMLType, TableShape, Txn
 from common.filters import ddl_event
 from common.pb import secondary_binlog_pb2 as spb
+from common.pbfile import time_text, type_name
 from common.schema.defaults import parse_date_text, parse_datetime_text, parse_time_text
 from common.schema.infoschema import InfoSchema
 from common.schema.model import ColumnInfo, IndexInfo, Job, JobType, TableInfo
-from drainer.sinks.file import time_text, type_name
 
 __all__ = [
     "RELAY_TIME_ZONE",

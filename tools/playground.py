@@ -9,7 +9,7 @@ Under ``--dir`` (default ``./playground-data``) it starts a private etcd, pd-ser
 a drainer as real processes (logs: ``<dir>/*.log``), runs the upstream writer in this process
 on ``<dir>/upstream.db`` with a workload, and shows live progress.  At the end it stops the
 workload, takes a fresh TSO, waits until the drainer's checkpoint passes it, audits every
-upstream table against downstream (tools/audit.py), prints a summary and stops everything
+upstream table against downstream (common/audit.py), prints a summary and stops everything
 (``--keep`` leaves the cluster running and prints how to reach and stop it).
 
 Exit status: 0 when the audit is clean (and the workload's own check too), 1 when it is not or
@@ -27,10 +27,11 @@ import time
 from types import FrameType
 from typing import Any, TextIO
 
+from common.audit import AuditResult
 from common.cli import fail
 from common.errors import BinlogError, ConfigError
 from common.logsetup import setup_logging
-from tools.audit import AuditResult, audit_mysql_server, audit_sqlite_file
+from tools.audit import audit_mysql_server, audit_sqlite_file
 from tools.playground_cluster import Cluster, PlaygroundError
 from tools.playground_monitor import LagStats, Reading, Screen, plain_line, progress_lines, take_reading
 from tools.playground_options import (
@@ -46,7 +47,7 @@ from tools.playground_prepare import prepare
 from tools.playground_report import downstream_where, kept_text, summary_text
 from tools.playground_state import DirLock, State, load_state, save_state, stop_recorded
 from tools.procs import ManagedProcess, ProcessError
-from upstream.workloads import Workload, WorkloadOptions, make_workload, runner
+from upstream import Database, Snapshot, Workload, WorkloadOptions, make_workload, run_workload
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ class Playground:
         self.failure = ""
         self.lags = LagStats()
         self.readings: list[Reading] = []
-        self._snap: runner.Snapshot | None = None
+        self._snap: Snapshot | None = None
 
     def say(self, text: str) -> None:
         self.screen.say(text)
@@ -131,7 +132,6 @@ class Playground:
             self.finish(keep=completed and o.keep)
 
     def write_and_audit(self, cluster: Cluster) -> int:
-        from upstream.database import Database
 
         o = self.opts
         t0 = time.monotonic()
@@ -151,7 +151,7 @@ class Playground:
         self.say(f"workload {o.workload}: {threads}, {o.duration:g}s, seed {o.seed}  (Ctrl-C stops)")
         began = time.monotonic()
         before = self.reading()
-        result = runner.run(
+        result = run_workload(
             db, workload, threads=o.threads, seed=o.seed, duration=o.duration, stop=self.stop_event,
             on_progress=lambda snap: self.on_progress(began, snap),
         )  # fmt: skip
@@ -184,7 +184,7 @@ class Playground:
         del self.readings[:-32]  # enough for the rate window
         return now
 
-    def tick(self, began: float, snap: runner.Snapshot, *, force: bool = False) -> Reading:
+    def tick(self, began: float, snap: Snapshot, *, force: bool = False) -> Reading:
         now_mono = time.monotonic()
         # rows/s over the last few seconds: the drainer hands rows to its sink in bursts
         before = next((r for r in self.readings if now_mono - r.mono <= RATE_WINDOW), None)
@@ -194,7 +194,7 @@ class Playground:
         self._snap = snap
         return now
 
-    def on_progress(self, began: float, snap: runner.Snapshot) -> None:
+    def on_progress(self, began: float, snap: Snapshot) -> None:
         now = self.tick(began, snap)
         self.lags.add(now.lag)
         dead = self.cluster.dead() if self.cluster else None

@@ -19,8 +19,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from common.audit import MySQLServer
 from common.errors import BinlogError
-from tools.audit import MySQLServer
 from tools.localcluster import DrainerProcess, EtcdProcess, NodeProcess, PDProcess, PumpProcess
 from tools.playground_state import State, save_state
 from tools.procs import ManagedProcess

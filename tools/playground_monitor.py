@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from common import tso
-from upstream.workloads.runner import Snapshot, percentile
+from upstream import Snapshot, percentile
 
 HTTP_TIMEOUT = 2.0
 PLAIN_INTERVAL = 5.0

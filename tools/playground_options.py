@@ -6,10 +6,10 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.audit import MySQLServer
 from common.config import ArgumentParser, parse_duration
 from common.errors import ConfigError
-from tools.audit import MySQLServer
-from upstream.workloads import WORKLOADS
+from upstream import WORKLOADS
 
 PROG = "binlog-playground"
 DEFAULT_DIR = "playground-data"

@@ -17,8 +17,8 @@ from typing import Any
 
 import pymysql
 
+from common.audit import MySQLServer
 from common.errors import ConfigError
-from tools.audit import MySQLServer
 from tools.localcluster import etcd_binary
 from tools.playground_cluster import PlaygroundError
 from tools.playground_options import DEFAULT_PUMPS, PROG, Options

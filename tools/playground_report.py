@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from tools.audit import AuditResult
+from common.audit import AuditResult
 from tools.playground_cluster import Cluster
 from tools.playground_monitor import LagStats, Reading, secs
 from tools.playground_options import PROG, Options
 from tools.playground_state import State
-from upstream.workloads.runner import RunResult
+from upstream import RunResult
 
 
 def downstream_where(o: Options, cluster: Cluster, state: State) -> str:

@@ -25,12 +25,12 @@ import pymysql
 
 from common.events import DDL, Txn
 from common.pb import pb_binlog_pb2
+from common.pbfile import Shapes, event_to_dml
 from common.schema.infoschema import InfoSchema
 from common.schema.model import Job, JobType
 from drainer.sinks.base import SinkError
 from drainer.sinks.mysql import MySQLSink
 from tools.reparo_config import ReparoConfig
-from tools.reparo_decode import Shapes, event_to_dml
 from tools.reparo_print import selected_lines
 from tools.reparo_select import Selected
 

@@ -2,7 +2,7 @@
 
 A value is first made canonical by the store's own reader (``Dialect.from_store``:
 ``common/sql/values.py``'s ``from_sqlite`` / ``from_mysql`` with the column's type, as
-``tools/audit.py`` reads), so an sqlite TEXT ``'1.50'`` and a MySQL ``Decimal('1.50')`` are both
+``common/audit.py`` reads), so an sqlite TEXT ``'1.50'`` and a MySQL ``Decimal('1.50')`` are both
 ``Decimal('1.50')`` here.  When neither side knows the column types (two sqlite stores) the raw
 sqlite values are used: the writer's sqlite store keeps exactly one stored form per value.
 
@@ -58,7 +58,7 @@ __all__ = [
 ]
 
 SHOW_CHARS: Final = 40
-"""Characters of one value in an example (longer ones are cut with an ellipsis), as tools/audit.py."""
+"""Characters of one value in an example (longer ones are cut with an ellipsis), as common/audit.py."""
 
 _LEN: Final = struct.Struct(">I")
 _U64: Final = 1 << 64

@@ -6,13 +6,13 @@ The audit needs no etcd: each side's table is described by its own store (``read
 :class:`AuditTable` both sides are read with:
 
 * columns: the upstream's visible columns in its order (never the writer's hidden handle
-  ``_tidb_rowid``); the downstream must have the same names (``tools.audit.column_mismatch``).
+  ``_tidb_rowid``); the downstream must have the same names (``common.audit.column_mismatch``).
 * types: a MySQL side knows them (``COLUMN_TYPE``, parsed by ``common.schema.types.parse_type``;
   a MariaDB JSON column is ``longtext`` with a ``json_valid`` check and is read as JSON), and
   then both sides convert their values through it (``Dialect.from_store``), so an sqlite store
   compares with a MySQL one.  Upstream's types win when both are MySQL.  Two sqlite sides compare
   their raw stored values (``typed = False``).
-* the key rows are matched by: ``tools.audit.choose_key`` on the upstream's unique keys: the
+* the key rows are matched by: ``common.audit.choose_key`` on the upstream's unique keys: the
   primary key, else the first unique key, else whole rows.  The writer's stores keep a declared
   non-integer primary key as a unique index named ``pk_unique`` (behind the hidden handle); it
   counts as the primary key here.
@@ -29,12 +29,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from common.audit import KeyChoice, choose_key, column_mismatch
 from common.codec.flatten import INTEGER_TYPES, STRING_TYPES, MySQLType
 from common.errors import BinlogError
 from common.schema.model import HIDDEN_HANDLE, ColumnInfo, IndexInfo, TableInfo
 from common.schema.types import parse_type
 from common.sql.dialect import PK_INDEX
-from tools.audit import KeyChoice, choose_key, column_mismatch
 
 __all__ = [
     "AuditTable",

@@ -13,10 +13,10 @@ logical database ``d`` as ``<prefix>d``); tables are always named by their logic
 MySQL sessions run with ``time_zone = '+00:00'``, as the writer's and the drainer's do, so
 TIMESTAMP values read back as the UTC the sqlite store keeps.
 
-Table discovery is ``tools.audit.DialectReader.table_names``; table definitions come from the store
+Table discovery is ``common.audit.DialectReader.table_names``; table definitions come from the store
 (``information_schema`` / ``PRAGMA``) into ``meta.StoreTable``; values are read with the dialect's
 ``select_expr`` and converted with its ``from_store`` (``common/sql/values.py``), as
-``tools/audit.py`` reads them.
+``common/audit.py`` reads them.
 
 Chunks are read by Spark tasks (:func:`read_partition`): one partition per chunk and side, each
 opening its own connection, so both sides and all chunks are read in parallel.  Pass 1 yields a
@@ -38,6 +38,7 @@ from urllib.parse import urlsplit
 import pymysql
 import pymysql.cursors
 
+from common.audit import DialectReader, MySQLServer
 from common.dsn import MySQLDSN, parse_dsn
 from common.errors import BinlogError, ConfigError
 from common.sql.dialect import Dialect, MySQLDialect, SqliteDialect
@@ -46,7 +47,6 @@ from spark_jobs.audit.compare import DOWN, UP
 from spark_jobs.audit.meta import AuditTable, StoreColumn, StoreIndex, StoreTable
 from spark_jobs.audit.plan import Chunk, Param, range_predicate
 from spark_jobs.errors import InputError
-from tools.audit import DialectReader, MySQLServer
 
 __all__ = [
     "SYSTEM_DATABASES",

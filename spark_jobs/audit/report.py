@@ -29,7 +29,7 @@ from typing import Any, Final
 __all__ = ["EXAMPLES", "AuditReport", "Example", "TableReport", "differing_positions"]
 
 EXAMPLES: Final = 3
-"""Examples per kind of difference and table (as tools/audit.py)."""
+"""Examples per kind of difference and table (as common/audit.py)."""
 
 
 @dataclass
@@ -94,7 +94,7 @@ class TableReport:
     db: str
     table: str
     key: str = ""
-    """How rows are matched, e.g. "primary key (id)" (tools.audit.choose_key)."""
+    """How rows are matched, e.g. "primary key (id)" (common.audit.choose_key)."""
     columns: list[str] = field(default_factory=list)
     upstream_rows: int = 0
     downstream_rows: int = 0

@@ -13,7 +13,7 @@ Two passes over the ranges (`ranges.py`):
 2. rows: every event of a DML record in the window is read with the table its name had just before
    the record's commit_ts (`replay.ddl.NameTimeline`): that gives the table id and the table info whose
    primary key makes the key.  Values are turned back into the canonical values the writer stored
-   (`reparo_decode.decode_value`, then ENUM index -> name, SET bits -> names, BIT int -> bytes,
+   (`common.pbfile.decode_value`, then ENUM index -> name, SET bits -> names, BIT int -> bytes,
    `check_type_value`), so a row read from a file sink has the same JSON as one read from a pump.
    An event of a table the history does not know at that time, or with a value that does not fit its
    column, is counted and reported, not fatal.
@@ -170,7 +170,7 @@ def _tzinfo(name: str | None) -> dt.tzinfo | None:
 
 
 def canonical(col: ColumnInfo, value: Any) -> Any:
-    """The value the writer stored for `col`, from what `reparo_decode.decode_value` gives."""
+    """The value the writer stored for `col`, from what `common.pbfile.decode_value` gives."""
     if value is None:
         return None
     ct = col.ctype
@@ -189,7 +189,7 @@ def canonical(col: ColumnInfo, value: Any) -> Any:
 
 def scan_file_changes(rng: FileRange, plan: FilesPlan, errors: Accumulator[DamageReport] | None) -> Iterator[Change]:
     """Pass 2 over one range: the row changes of every DML record in the window."""
-    from tools.reparo_decode import decode_value, parse_columns
+    from common.pbfile import decode_value, parse_columns
 
     tables = _Tables(plan)
     tz = _tzinfo(plan.tz)

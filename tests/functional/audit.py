@@ -1,11 +1,12 @@
-"""The audit as the functional tests use it: a list of differences, empty when equal (see tools/audit.py)."""
+"""The audit as the functional tests use it: a list of differences, empty when equal (see common/audit.py)."""
 
 from __future__ import annotations
 
 import sqlite3
 from typing import Any
 
-from tools.audit import audit, mysql_reader, sqlite_reader
+from common.audit import mysql_reader, sqlite_reader
+from tools.audit import audit
 from upstream.database import Database
 
 

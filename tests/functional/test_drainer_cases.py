@@ -11,8 +11,8 @@ import pytest
 from common.codec import encode_row
 from common.codec.datum import Datum, Kind
 from common.pb import binlog_pb2, gogo, pb_binlog_pb2
+from common.pbfile import read_pb_binlogs
 from common.registry import NodeKind, NodeState, Registry
-from drainer.sinks.file import read_pb_binlogs
 from tests.functional.audit import audit_sqlite
 from tests.functional.drainerutil import Cluster, unique_name
 from tests.functional.pumputil import PumpClient

@@ -19,18 +19,18 @@ from typing import Any
 import pytest
 
 from common import dsn, tso
+from common.audit import DialectReader, audit_schema, mysql_reader
 from common.binlogfile import BinlogFileWriter
 from common.events import DDL, DML, DMLType, TableShape, Txn
 from common.pb import pb_binlog_pb2
+from common.pbfile import read_pb_binlogs, txn_to_pb
 from common.schema.infoschema import InfoSchema
 from common.schema.model import ColumnInfo, IndexInfo, Job, JobType, TableInfo
 from common.schema.types import parse_type
 from common.sql.dialect import MySQLDialect
-from drainer.sinks.file import read_pb_binlogs, txn_to_pb
 from tests.functional.audit import audit_mysql
 from tests.functional.drainerutil import Cluster, distinct_ports, run_side_by_side, unique_name
 from tests.harness.mysql import MySQLDSN
-from tools.audit import DialectReader, audit_schema, mysql_reader
 from tools.procs import wait_for
 from upstream.ddl import Column
 from upstream.workloads import WorkloadOptions, make_workload

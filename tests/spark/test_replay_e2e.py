@@ -3,7 +3,7 @@
 One upstream (sysbench and the ddl workload: DDL churn and a table with every column type) feeds two
 drainers.  The drainer's own MySQL replica equals the upstream; `replay --from-pumps` into empty
 databases (prefix P) and `replay --from-files` (prefix F) each equal the upstream too, under the
-audit (`tools.audit`); a second `--from-pumps` run changes nothing and reports the same counts.
+audit (`common.audit`); a second `--from-pumps` run changes nothing and reports the same counts.
 The replays run on the shared `local[2]` session (no second JVM): `run_replay` is what the command runs.
 """
 
@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
+from common.audit import DialectReader, audit_schema, mysql_reader
 from common.schema.model import Job
 from common.sql.dialect import MySQLDialect
 from spark_jobs.readers.ddl import read_export
 from tests.functional.audit import audit_mysql, audit_sqlite
 from tests.functional.drainerutil import Cluster, run_side_by_side
 from tests.spark.test_replay_cli import spark_cli
-from tools.audit import DialectReader, audit_schema, mysql_reader
 from upstream.workloads import WorkloadOptions, make_workload
 
 pytestmark = [pytest.mark.spark, pytest.mark.functional]

@@ -1,4 +1,4 @@
-"""The audit library (tools/audit.py) on two sqlite files laid out like the writer's sqlite store."""
+"""The audit library (common/audit.py) on two sqlite files laid out like the writer's sqlite store."""
 
 from __future__ import annotations
 
@@ -12,11 +12,7 @@ from typing import Any
 
 import pytest
 
-from common.errors import ConfigError
-from common.schema.infoschema import InfoSchema
-from common.schema.model import Job, TableInfo
-from common.sql.dialect import SqliteDialect
-from tools.audit import (
+from common.audit import (
     AuditResult,
     KeyChoice,
     MySQLServer,
@@ -26,6 +22,10 @@ from tools.audit import (
     compare_rows,
     sqlite_reader,
 )
+from common.errors import ConfigError
+from common.schema.infoschema import InfoSchema
+from common.schema.model import Job, TableInfo
+from common.sql.dialect import SqliteDialect
 from upstream.ddl import Column, Planner
 
 DB = "shop"

@@ -16,11 +16,12 @@ from common.codec import Datum, Kind, decode_one
 from common.errors import StorageError
 from common.events import DDL, DML, DMLType, TableShape, Txn
 from common.pb import pb_binlog_pb2
+from common.pbfile import ddl_query_text, encode_value, read_pb_binlogs, txn_to_pb, type_name
 from common.schema.infoschema import InfoSchema
 from common.schema.model import ColumnInfo, IndexInfo, Job, JobType, TableInfo
 from common.schema.types import parse_type
 from drainer.sinks.base import SinkError
-from drainer.sinks.file import FileSink, ddl_query_text, encode_value, read_pb_binlogs, txn_to_pb, type_name
+from drainer.sinks.file import FileSink
 
 DAY = 86_400.0
 

@@ -14,10 +14,10 @@ from common.binlogfile import BinlogFileWriter, list_binlog_files
 from common.events import DDL, DML, DMLType, TableShape, Txn
 from common.filters import TableName
 from common.pb import pb_binlog_pb2
+from common.pbfile import txn_to_pb
 from common.schema.infoschema import InfoSchema
 from common.schema.model import ColumnInfo, IndexInfo, Job, JobType, TableInfo
 from common.schema.types import parse_type
-from drainer.sinks.file import txn_to_pb
 from tools.reparo import Summary, main, replay
 from tools.reparo_config import load_config
 from tools.reparo_dest import PrintDest

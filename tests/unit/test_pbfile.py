@@ -14,13 +14,12 @@ from common.codec.flatten import ColumnType, MySQLType
 from common.errors import CodecError
 from common.events import DDL, DML, DMLType, TableShape, Txn
 from common.pb import pb_binlog_pb2
+from common.pbfile import Shapes, event_to_dml, parse_columns, txn_to_pb
 from common.schema.infoschema import InfoSchema
 from common.schema.model import ColumnInfo, IndexInfo, Job, JobType, TableInfo
 from common.schema.types import check_value, parse_type
 from common.sql.render import Renderer
-from drainer.sinks.file import txn_to_pb
 from tools.reparo_ddl import parse_ddl, split_use
-from tools.reparo_decode import Shapes, event_to_dml, parse_columns
 from upstream.workloads.gen import TYPES_COLUMNS, types_row
 
 IST = dt.timezone(dt.timedelta(hours=5, minutes=30))

@@ -1,9 +1,23 @@
-"""pb binlog rows -> the drainer's DMLs (pure): the file sink's encoding (`drainer.sinks.file`) reversed.
+"""The pb-binlog file format: what the drainer's file sink writes and reparo and the Spark jobs read (pure).
 
-Each `column` of an Event row carries its name, `tp` (the MySQL type byte), `mysql_type` (TiDB's type
-name: "varbinary" / "blob" mark binary strings) and `value` (`changed_value`: an update's new value),
-one encoded datum each. The file sink "formatted" some types to text first; they come back as the
-values the loader's SQL layer (`common.sql.render`, `common.sql.values.to_mysql`) takes:
+Files are binlogfile-framed records (:mod:`common.binlogfile`); each record is one `pb_binlog.Binlog`.
+
+Encoding (:func:`txn_to_pb`, the original's `translator/pb.go`).
+    DML  Binlog{tp=DML, commit_ts, dml_data{events: one Event per row change, in order}}
+         Event{schema_name, table_name, tp=Insert|Update|Delete, row: one marshaled `column` per column}
+         column{name, tp=[MySQL type byte], mysql_type=TypeToStr, value, changed_value}
+             Insert: value = new value; Delete: value = old value; Update: value = old, changed_value = new.
+         A value is codec.EncodeValue of the "formatted" datum: NULL -> 00; date, datetime, timestamp (in the
+         drainer host's time zone), time, decimal and JSON -> their text as a bytes datum (flag 02);
+         enum, set, bit -> uint (09); integers -> varint (08) / uvarint (09); floats -> 05; strings -> 02.
+    DDL  Binlog{tp=DDL, commit_ts, ddl_query="use `db`; <query>;"}  (backticks in db doubled); "<query>;" for
+         CREATE DATABASE; the bare query when the DDL has no schema. A trailing ';' of the query is dropped first.
+
+Decoding (:func:`event_to_dml`, :func:`decode_value`) gives back the drainer's DMLs.  Each `column` of an
+Event row carries its name, `tp` (the MySQL type byte), `mysql_type` (TiDB's type name: "varbinary" / "blob"
+mark binary strings) and `value` (`changed_value`: an update's new value), one encoded datum each. The file
+sink "formatted" some types to text first; they come back as the values the loader's SQL layer
+(`common.sql.render`, `common.sql.values.to_mysql`) takes:
 
     datum            column type                          value given to the loader
     NULL (00)        any                                  None
@@ -30,21 +44,52 @@ loader can build WHERE clauses and causality keys exactly as the drainer does.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Sequence
+import os
+from collections.abc import Callable, Iterator, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any, Final
 
 from google.protobuf.message import DecodeError
 
-from common.codec import Datum, Kind, MySQLType, decode_one, parse_json_text
+from common.binlogfile import ReadStats, iter_records
+from common.codec import (
+    NULL,
+    Datum,
+    Kind,
+    MySQLType,
+    bytes_datum,
+    decode_one,
+    encode_datum,
+    flatten,
+    format_duration,
+    format_time,
+    json_to_text,
+    parse_json_text,
+)
 from common.codec.flatten import BINARY_CHARSET, DEFAULT_CHARSET, ColumnType
+from common.codec.mytime import MysqlTime
 from common.errors import CodecError
-from common.events import DML, DMLType, TableShape
+from common.events import DDL, DML, DMLType, TableShape, Txn
+from common.filters import ddl_event
 from common.pb import pb_binlog_pb2
 from common.schema.defaults import parse_date_text, parse_datetime_text, parse_time_text
 from common.schema.model import ColumnInfo, IndexInfo, TableInfo
 
-__all__ = ["EVENT_TYPES", "KeyLookup", "PbColumn", "Shapes", "decode_value", "event_to_dml", "parse_columns"]
+__all__ = [
+    "EVENT_TYPES",
+    "KeyLookup",
+    "PbColumn",
+    "Shapes",
+    "ddl_query_text",
+    "decode_value",
+    "encode_value",
+    "event_to_dml",
+    "parse_columns",
+    "read_pb_binlogs",
+    "time_text",
+    "txn_to_pb",
+    "type_name",
+]
 
 KeyLookup = Callable[[str, str], Sequence[Sequence[str]]]
 """(db, table) -> its unique keys as column names, the primary key first."""
@@ -70,6 +115,174 @@ _TEXT_TYPES: Final = frozenset(
 _TEMPORAL_TEXT: Final = frozenset({MySQLType.DATE, MySQLType.DATETIME, MySQLType.TIMESTAMP, MySQLType.DURATION})
 _DECIMALS: Final = frozenset({MySQLType.DECIMAL, MySQLType.NEW_DECIMAL})
 _SHAPE_CACHE_LIMIT: Final = 4096
+
+
+# ----------------------------------------------------------------------------------------------- encoding
+
+_TYPE_NAMES: Final = {
+    0: "decimal",
+    1: "tinyint",
+    2: "smallint",
+    3: "int",
+    4: "float",
+    5: "double",
+    6: "null",
+    7: "timestamp",
+    8: "bigint",
+    9: "mediumint",
+    10: "date",
+    11: "time",
+    12: "datetime",
+    13: "year",
+    15: "varchar",
+    16: "bit",
+    245: "json",
+    246: "decimal",
+    247: "enum",
+    248: "set",
+    249: "tinytext",
+    250: "mediumtext",
+    251: "longtext",
+    252: "text",
+    253: "var_string",
+    254: "char",
+    255: "geometry",
+}
+_BLOB_TYPES: Final = frozenset({249, 250, 251, 252})
+_CHAR_TYPES: Final = frozenset({MySQLType.STRING, MySQLType.VARCHAR})
+_EVENT_TYPES: Final = {
+    DMLType.INSERT: pb_binlog_pb2.Insert,
+    DMLType.UPDATE: pb_binlog_pb2.Update,
+    DMLType.DELETE: pb_binlog_pb2.Delete,
+}
+_NULL_BYTES: Final = encode_datum(NULL)
+
+
+def type_name(ct: ColumnType) -> str:
+    """TiDB's `types.TypeToStr`: "bigint", "varchar", and "varbinary" / "blob" for binary-charset columns."""
+    name = _TYPE_NAMES.get(ct.tp, "")
+    if ct.is_binary:
+        if ct.tp in _BLOB_TYPES:
+            return name.replace("text", "blob", 1)
+        if ct.tp in _CHAR_TYPES:
+            return name.replace("char", "binary", 1)
+    return name
+
+
+def time_text(value: Any, ct: ColumnType, tz: dt.tzinfo | None) -> str:
+    """DATE / DATETIME / TIMESTAMP as text; TIMESTAMP in `tz` (None: this host's zone), naive ones taken as UTC."""
+    if isinstance(value, MysqlTime):
+        if ct.tp == MySQLType.DATE:
+            return f"{value.year:04d}-{value.month:02d}-{value.day:02d}"
+        return format_time(value, ct.fsp)
+    if isinstance(value, dt.datetime):
+        if ct.tp == MySQLType.TIMESTAMP:
+            aware = value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
+            value = aware.astimezone(tz).replace(tzinfo=None)
+        if ct.tp == MySQLType.DATE:
+            return format_time(value.date())
+        return format_time(value, ct.fsp)
+    if isinstance(value, dt.date):
+        return format_time(value)
+    raise CodecError(f"{type(value).__name__} value {value!r} does not fit column type {type_name(ct)}")
+
+
+def encode_value(value: Any, ct: ColumnType, tz: dt.tzinfo | None = None) -> bytes:
+    """The `column.value` bytes of one column value (`tz`: for TIMESTAMP text; None = the host's zone)."""
+    if value is None:
+        return _NULL_BYTES
+    tp = ct.tp
+    if tp in (MySQLType.DATE, MySQLType.DATETIME, MySQLType.TIMESTAMP):
+        return encode_datum(bytes_datum(time_text(value, ct, tz)))
+    if tp == MySQLType.DURATION:
+        if not isinstance(value, dt.timedelta):
+            raise CodecError(f"{type(value).__name__} value {value!r} does not fit column type time")
+        return encode_datum(bytes_datum(format_duration(value, ct.fsp)))
+    if tp in (MySQLType.DECIMAL, MySQLType.NEW_DECIMAL):
+        number = value if isinstance(value, Decimal) else Decimal(str(value))
+        return encode_datum(bytes_datum(format(number, "f")))
+    if tp == MySQLType.JSON:
+        return encode_datum(bytes_datum(json_to_text(value)))
+    return encode_datum(flatten(value, ct))
+
+
+def _event(dml: DML, tz: dt.tzinfo | None) -> pb_binlog_pb2.Event:
+    shape = dml.shape
+    tp = dml.tp
+    new = dml.values
+    old = dml.old_values
+    if tp in (DMLType.INSERT, DMLType.UPDATE) and new is None:
+        raise CodecError(f"{tp.name} of {shape.db}.{shape.table} has no new row")
+    if tp in (DMLType.UPDATE, DMLType.DELETE) and old is None:
+        raise CodecError(f"{tp.name} of {shape.db}.{shape.table} has no old row")
+    rows: list[bytes] = []
+    for i, col in enumerate(shape.columns):
+        ct = col.ctype
+        column = pb_binlog_pb2.column(name=col.name, tp=bytes((ct.tp,)), mysql_type=type_name(ct))
+        if tp == DMLType.INSERT:
+            assert new is not None
+            column.value = encode_value(new[i], ct, tz)
+        elif tp == DMLType.DELETE:
+            assert old is not None
+            column.value = encode_value(old[i], ct, tz)
+        else:
+            assert new is not None
+            assert old is not None
+            column.value = encode_value(old[i], ct, tz)
+            column.changed_value = encode_value(new[i], ct, tz)
+        rows.append(column.SerializeToString())
+    return pb_binlog_pb2.Event(schema_name=shape.db, table_name=shape.table, tp=_EVENT_TYPES[tp], row=rows)
+
+
+def ddl_query_text(db: str, query: str) -> str:
+    """The pb `ddl_query` of a DDL: "use `db`; <query>;", "<query>;" for CREATE DATABASE, bare without db."""
+    text = query.strip().rstrip(";").rstrip()
+    if ddl_event(text) == "create database":
+        return text + ";"
+    if not db:
+        return text
+    return "use `" + db.replace("`", "``") + "`; " + text + ";"
+
+
+def _ddl_binlog(commit_ts: int, ddl: DDL) -> pb_binlog_pb2.Binlog:
+    return pb_binlog_pb2.Binlog(
+        tp=pb_binlog_pb2.DDL, commit_ts=commit_ts, ddl_query=ddl_query_text(ddl.db, ddl.query).encode("utf-8")
+    )
+
+
+def txn_to_pb(txn: Txn, tz: dt.tzinfo | None = None) -> pb_binlog_pb2.Binlog | None:
+    """The record of one transaction, or None when nothing is written (empty txn, skipped DDL).
+
+    Raises CodecError for a value that does not fit its column.
+    """
+    if txn.ddl is not None:
+        return None if txn.ddl.skip else _ddl_binlog(txn.commit_ts, txn.ddl)
+    if not txn.dmls:
+        return None
+    data = pb_binlog_pb2.DMLData(events=[_event(dml, tz) for dml in txn.dmls])
+    return pb_binlog_pb2.Binlog(tp=pb_binlog_pb2.DML, commit_ts=txn.commit_ts, dml_data=data)
+
+
+def read_pb_binlogs(
+    directory: str | os.PathLike[str], *, stats: ReadStats | None = None
+) -> Iterator[pb_binlog_pb2.Binlog]:
+    """Every `pb_binlog.Binlog` of a file sink directory, in write order (damaged records are skipped).
+
+    Raises CodecError for a good record that is not a pb_binlog.Binlog.
+    """
+    for pos, payload in iter_records(directory, stats=stats):
+        binlog = pb_binlog_pb2.Binlog()
+        try:
+            binlog.ParseFromString(payload)
+        except DecodeError as exc:
+            raise CodecError(
+                f"record at file {pos.file_index} offset {pos.offset} of {os.fspath(directory)!r} "
+                f"is not a pb_binlog.Binlog: {exc}"
+            ) from None
+        yield binlog
+
+
+# ----------------------------------------------------------------------------------------------- decoding
 
 
 class PbColumn:
