@@ -1,0 +1,18 @@
+"""The drainer: merges every pump's binlogs by commit_ts and replicates them downstream.
+
+This package's public entry point, for the tools and jobs that reuse its parts (reparo writes through
+the MySQL sink; the Spark replay translates pump binlogs as the drainer does):
+
+    from drainer import DrainerSchema, MemoryJobSource, MySQLSink, SinkError, translate, translate_iter
+
+The daemon itself is `drainer.main`.
+"""
+
+from __future__ import annotations
+
+from drainer.schema import DrainerSchema, MemoryJobSource
+from drainer.sinks.base import SinkError
+from drainer.sinks.mysql import MySQLSink
+from drainer.translator import translate, translate_iter
+
+__all__ = ["DrainerSchema", "MemoryJobSource", "MySQLSink", "SinkError", "translate", "translate_iter"]

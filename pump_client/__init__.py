@@ -21,11 +21,14 @@ from pump_client.errors import (
 )
 from pump_client.membership import PumpInfo
 from pump_client.metrics import ClientMetrics
-from pump_client.payload import EncodedBinlog
+from pump_client.payload import MAX_HEADER_SIZE, EncodedBinlog
+from pump_client.retry import DEFAULT_ATTEMPT_TIMEOUT
 from pump_client.selector import HASH, RANGE, SCORE, STRATEGIES
 
 __all__ = [
+    "DEFAULT_ATTEMPT_TIMEOUT",
     "HASH",
+    "MAX_HEADER_SIZE",
     "RANGE",
     "SCORE",
     "STRATEGIES",

@@ -59,7 +59,7 @@ from common.pb import binlog_pb2
 from common.pb.gogo import uvarint, varint
 from common.sql.dialect import StoreError
 from common.txnstatus import status_row_deadline_ms
-from pump_client.payload import EncodedBinlog
+from pump_client import EncodedBinlog
 from upstream.errors import (
     BinlogWriteError,
     CommitUnknownError,

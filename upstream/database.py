@@ -39,8 +39,7 @@ from common.schema.infoschema import InfoSchema
 from common.schema.model import Job, SchemaState, TableInfo
 from common.tls import TLS, TLSFiles
 from common.txnstatus import DEFAULT_STATUS_ROW_TTL, TxnStatusStore
-from pump_client.payload import MAX_HEADER_SIZE, EncodedBinlog
-from pump_client.retry import DEFAULT_ATTEMPT_TIMEOUT
+from pump_client import DEFAULT_ATTEMPT_TIMEOUT, MAX_HEADER_SIZE, EncodedBinlog
 from upstream.ddl import Column, Planner
 from upstream.errors import WriterError
 from upstream.store import Store, open_store

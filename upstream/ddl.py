@@ -30,6 +30,7 @@ from common.schema.model import (
     TableInfo,
 )
 from common.schema.types import check_value, is_integer_type, parse_type
+from common.sql.dialect import index_clause
 
 NO_DEFAULT: object = object()
 """Marker: the column has no DEFAULT clause."""
@@ -74,13 +75,6 @@ def column_sql(c: ColumnInfo) -> str:
     if c.auto_increment:
         parts.append("AUTO_INCREMENT")
     return " ".join(parts)
-
-
-def index_sql(ix: IndexInfo) -> str:
-    cols = ",".join(quote(c) for c in ix.columns)
-    if ix.primary:
-        return f"PRIMARY KEY ({cols})"
-    return f"{'UNIQUE KEY' if ix.unique else 'KEY'} {quote(ix.name)} ({cols})"
 
 
 class Planner:
@@ -164,7 +158,7 @@ class Planner:
         for c in infos:
             if c.auto_increment and not any(ix.unique and ix.columns[0].lower() == c.lname for ix in indices):
                 raise SchemaError(f"column {c.name}: AUTO_INCREMENT needs to be the first column of a key")
-        body = ",\n  ".join([column_sql(c) for c in infos] + [index_sql(ix) for ix in indices])
+        body = ",\n  ".join([column_sql(c) for c in infos] + [index_clause(ix) for ix in indices])
         query = f"CREATE TABLE {quote(name)} (\n  {body}\n)"
         return self._job(JobType.CREATE_TABLE, db, query, table)
 

@@ -23,6 +23,18 @@ from common.sql import values
 PK_INDEX = "pk_unique"
 
 
+def index_clause(ix: IndexInfo) -> str:
+    """The MySQL clause of an index inside ``CREATE TABLE`` (``PRIMARY KEY (...)``, ``UNIQUE KEY `n` (...)``)."""
+    cols = ",".join(_mysql_quote(c) for c in ix.columns)
+    if ix.primary:
+        return f"PRIMARY KEY ({cols})"
+    return f"{'UNIQUE KEY' if ix.unique else 'KEY'} {_mysql_quote(ix.name)} ({cols})"
+
+
+def _mysql_quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
 class StoreError(BinlogError):
     """The store refused a statement (other than a duplicate key)."""
 

@@ -157,7 +157,7 @@ def merge_index(parts: Sequence[RangeIndex]) -> CommitIndex:
 
 def build_schema(jobs_json: Sequence[str]) -> Any:
     """A drainer schema with every job applied: `shape(table_id, version)` answers for any version."""
-    from drainer.schema import DrainerSchema, MemoryJobSource
+    from drainer import DrainerSchema, MemoryJobSource
 
     jobs = [Job.from_json(text) for text in jobs_json]
     schema = DrainerSchema(MemoryJobSource(jobs))
@@ -182,7 +182,7 @@ class DecodePlan:
 def scan_changes(rng: FileRange, plan: DecodePlan, errors: Accumulator[DamageReport] | None) -> Iterator[Change]:
     """Pass 2 over one range: the row changes of every committed prewrite in the window."""
     from common.pb.wire import split_binlog
-    from drainer.translator import translate_iter
+    from drainer import translate_iter
 
     schema = build_schema(plan.jobs_json)
     report = DamageReport()

@@ -31,6 +31,7 @@ from common.events import DML, DMLType, TableShape
 from common.schema.defaults import default_value
 from common.schema.model import HIDDEN_HANDLE, TableInfo, table_from_dict, table_to_dict
 from common.sql.collation import DEFAULT_CHARSET, DEFAULT_COLLATE, downstream_collation
+from common.sql.dialect import index_clause
 from common.sql.values import mysql_decl, to_mysql, to_sqlite
 from spark_jobs.errors import TargetError
 from spark_jobs.replay.target import MySQLTarget, SqliteTarget, Target
@@ -124,12 +125,11 @@ def _q(name: str) -> str:
 def mysql_create_table(physical_db: str, info: TableInfo, collations: Mapping[str, str] | None = None) -> str:
     """CREATE TABLE IF NOT EXISTS of `info` in MySQL (no hidden handle: rows are found by their key);
     `collations` are the server's (name -> charset), None = only utf8mb4_bin known."""
-    from upstream.ddl import index_sql
 
     choice = downstream_collation(info.charset, info.collate, collations or {DEFAULT_COLLATE: DEFAULT_CHARSET})
     if choice.warning:
         log.warning("table %s.%s: %s", physical_db, info.name, choice.warning)
-    parts = [mysql_decl(c) for c in info.columns] + [index_sql(ix) for ix in info.indices]
+    parts = [mysql_decl(c) for c in info.columns] + [index_clause(ix) for ix in info.indices]
     return (
         f"CREATE TABLE IF NOT EXISTS {_q(physical_db)}.{_q(info.name)} ({', '.join(parts)}) "
         f"ENGINE=InnoDB DEFAULT CHARSET={choice.charset} COLLATE={choice.collate}"

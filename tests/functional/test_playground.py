@@ -20,11 +20,12 @@ from pathlib import Path
 
 import pytest
 
+import tools.playground.prepare as playground_prepare
 from tests.harness.mysql import MySQLDSN
-from tools import playground, playground_prepare
+from tools import playground
 from tools.audit import audit_sqlite_file
-from tools.playground_monitor import Reading, Screen, parse_events, plain_line, progress_lines
-from tools.playground_state import State, is_alive, live_pids, load_state, save_state, stop_recorded
+from tools.playground.monitor import Reading, Screen, parse_events, plain_line, progress_lines
+from tools.playground.state import State, is_alive, live_pids, load_state, save_state, stop_recorded
 from tools.procs import free_port
 from upstream.database import Database
 from upstream.workloads.runner import Snapshot

@@ -17,8 +17,8 @@ from common.etcd import EtcdClient
 from common.registry import NodeKind, Registry
 from tools import localcluster, procs
 from tools.localcluster import EtcdProcess, PDProcess, PumpProcess
-from tools.playground_cluster import Cluster
-from tools.playground_state import State
+from tools.playground.cluster import Cluster
+from tools.playground.state import State
 
 pytestmark = pytest.mark.functional
 

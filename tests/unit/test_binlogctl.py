@@ -17,7 +17,7 @@ from common.registry import NodeKind, NodeState, NodeStatus
 from drainer.checkpoint import FileCheckpoint
 from tools import binlogctl
 from tools.binlogctl import CommandError, status_addr_of, write_savepoint
-from tools.binlogctl_options import (
+from tools.binlogctl.options import (
     COMMANDS,
     DEFAULT_DATA_DIR,
     DEFAULT_PD_URLS,
@@ -26,7 +26,7 @@ from tools.binlogctl_options import (
     go_style_to_argparse,
     parse,
 )
-from tools.binlogctl_render import json_list, node_table, savepoint_text, table, ts_time
+from tools.binlogctl.render import json_list, node_table, savepoint_text, table, ts_time
 
 # 2024-05-01 10:00:00.123 UTC, logical 5
 TS = tso.compose(1714557600123, 5)

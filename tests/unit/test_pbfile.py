@@ -19,7 +19,7 @@ from common.schema.infoschema import InfoSchema
 from common.schema.model import ColumnInfo, IndexInfo, Job, JobType, TableInfo
 from common.schema.types import check_value, parse_type
 from common.sql.render import Renderer
-from tools.reparo_ddl import parse_ddl, split_use
+from tools.reparo.ddl import parse_ddl, split_use
 from upstream.workloads.gen import TYPES_COLUMNS, types_row
 
 IST = dt.timezone(dt.timedelta(hours=5, minutes=30))

@@ -13,7 +13,7 @@ from common import tso
 from common.errors import ConfigError
 from common.filters import TableName
 from tools.reparo import main
-from tools.reparo_config import build_parser, load_config, normalize_argv, parse_args, parse_datetime
+from tools.reparo.config import build_parser, load_config, normalize_argv, parse_args, parse_datetime
 
 SAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "reparo.toml"
 

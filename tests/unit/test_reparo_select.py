@@ -19,10 +19,10 @@ from common.schema.infoschema import InfoSchema
 from common.schema.model import ColumnInfo, IndexInfo, Job, JobType, TableInfo
 from common.schema.types import parse_type
 from tools.reparo import Summary, main, replay
-from tools.reparo_config import load_config
-from tools.reparo_dest import PrintDest
-from tools.reparo_print import format_datum
-from tools.reparo_select import Selected, Selection, Window, first_commit_ts, first_file
+from tools.reparo.config import load_config
+from tools.reparo.dest import PrintDest
+from tools.reparo.printer import format_datum
+from tools.reparo.select import Selected, Selection, Window, first_commit_ts, first_file
 
 pytestmark = pytest.mark.usefixtures("keep_root_logging")
 

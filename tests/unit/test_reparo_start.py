@@ -11,8 +11,8 @@ from common import tso
 from common.tso_guard import Present, clock_present, ts_text
 from tests.unit.test_reparo_select import A, ddl_txn, dml_txn, ins, write_dir
 from tools.reparo import ReparoError, check_start, main
-from tools.reparo_config import load_config, parse_datetime
-from tools.reparo_select import first_file, newest_commit_ts
+from tools.reparo.config import load_config, parse_datetime
+from tools.reparo.select import first_file, newest_commit_ts
 
 BEYOND = 9223372036854775807
 NOW_MS = tso.now_ms()

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from common.audit import AuditResult
-from tools.playground_cluster import Cluster
-from tools.playground_monitor import LagStats, Reading, secs
-from tools.playground_options import PROG, Options
-from tools.playground_state import State
+from tools.playground.cluster import Cluster
+from tools.playground.monitor import LagStats, Reading, secs
+from tools.playground.options import PROG, Options
+from tools.playground.state import State
 from upstream import RunResult
 
 

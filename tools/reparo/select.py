@@ -11,7 +11,7 @@
 * **Filters** (`Selection`): `replicate-do-db` / `[[replicate-do-table]]` make an allow-list,
   then `replicate-ignore-db` / `[[replicate-ignore-table]]` drop what matches (the drainer's
   `common.filters.Filter`, names `~regex` or exact, any case). DML events are filtered one by
-  one; a DDL by the schema and table parsed from its query (`tools.reparo_ddl`), a database
+  one; a DDL by the schema and table parsed from its query (`tools.reparo.ddl`), a database
   statement by its schema.
 """
 
@@ -30,7 +30,7 @@ from common.binlogfile.reader import ReadStats, scan_file
 from common.errors import StorageError
 from common.filters import Filter, TableName
 from common.pb import pb_binlog_pb2
-from tools.reparo_ddl import ParsedDDL, parse_ddl
+from tools.reparo.ddl import ParsedDDL, parse_ddl
 
 __all__ = ["Selected", "Selection", "Window", "first_commit_ts", "first_file", "newest_commit_ts"]
 

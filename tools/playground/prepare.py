@@ -20,9 +20,9 @@ import pymysql
 from common.audit import MySQLServer
 from common.errors import ConfigError
 from tools.localcluster import etcd_binary
-from tools.playground_cluster import PlaygroundError
-from tools.playground_options import DEFAULT_PUMPS, PROG, Options
-from tools.playground_state import DirLock, State, live_pids, load_state, save_state, state_path
+from tools.playground.cluster import PlaygroundError
+from tools.playground.options import DEFAULT_PUMPS, PROG, Options
+from tools.playground.state import DirLock, State, live_pids, load_state, save_state, state_path
 
 
 def prepare(o: Options, lock: DirLock, say: Callable[[str], None]) -> State:

@@ -32,9 +32,9 @@ from common.cli import fail
 from common.errors import BinlogError, ConfigError
 from common.logsetup import setup_logging
 from tools.audit import audit_mysql_server, audit_sqlite_file
-from tools.playground_cluster import Cluster, PlaygroundError
-from tools.playground_monitor import LagStats, Reading, Screen, plain_line, progress_lines, take_reading
-from tools.playground_options import (
+from tools.playground.cluster import Cluster, PlaygroundError
+from tools.playground.monitor import LagStats, Reading, Screen, plain_line, progress_lines, take_reading
+from tools.playground.options import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -43,9 +43,9 @@ from tools.playground_options import (
     Options,
     parse_args,
 )
-from tools.playground_prepare import prepare
-from tools.playground_report import downstream_where, kept_text, summary_text
-from tools.playground_state import DirLock, State, load_state, save_state, stop_recorded
+from tools.playground.prepare import prepare
+from tools.playground.report import downstream_where, kept_text, summary_text
+from tools.playground.state import DirLock, State, load_state, save_state, stop_recorded
 from tools.procs import ManagedProcess, ProcessError
 from upstream import Database, Snapshot, Workload, WorkloadOptions, make_workload, run_workload
 
@@ -308,7 +308,3 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

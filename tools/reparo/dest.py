@@ -28,11 +28,10 @@ from common.pb import pb_binlog_pb2
 from common.pbfile import Shapes, event_to_dml
 from common.schema.infoschema import InfoSchema
 from common.schema.model import Job, JobType
-from drainer.sinks.base import SinkError
-from drainer.sinks.mysql import MySQLSink
-from tools.reparo_config import ReparoConfig
-from tools.reparo_print import selected_lines
-from tools.reparo_select import Selected
+from drainer import MySQLSink, SinkError
+from tools.reparo.config import ReparoConfig
+from tools.reparo.printer import selected_lines
+from tools.reparo.select import Selected
 
 if TYPE_CHECKING:
     Connection = pymysql.connections.Connection[Any]
@@ -75,7 +74,7 @@ def _count(rows: Counter[str], sel: Selected) -> None:
 
 
 class PrintDest:
-    """Writes each binlog's lines to `out` (see `tools.reparo_print`)."""
+    """Writes each binlog's lines to `out` (see `tools.reparo.printer`)."""
 
     def __init__(self, out: TextIO) -> None:
         self._out = out

@@ -26,7 +26,7 @@ from typing import Final
 from common.codec import Datum, Kind
 from common.pb import pb_binlog_pb2
 from common.pbfile import PbColumn, parse_columns
-from tools.reparo_select import Selected
+from tools.reparo.select import Selected
 
 __all__ = ["format_datum", "selected_lines"]
 

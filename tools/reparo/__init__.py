@@ -3,9 +3,9 @@
     reparo --config reparo.toml                   # or the original spelling: reparo -config reparo.toml
     reparo --data-dir data.drainer --start-datetime '2024-05-01 10:00:00' --dest-type print
 
-Reads `data-dir` in file order from the first file the window needs (`tools.reparo_select`), keeps
+Reads `data-dir` in file order from the first file the window needs (`tools.reparo.select`), keeps
 the binlogs with `start <= commit_ts <= stop` that pass the filters, hands them to the destination
-(`tools.reparo_dest`: the drainer's loader into `[dest-db]`, or stdout) and stops at the end of
+(`tools.reparo.dest`: the drainer's loader into `[dest-db]`, or stdout) and stops at the end of
 the files or the first binlog past `stop`. It keeps no checkpoint and does not follow new writes.
 
 Progress goes to stderr at most every PROGRESS_INTERVAL seconds, and a summary line at the end:
@@ -38,9 +38,9 @@ from common.errors import BinlogError
 from common.logsetup import setup_logging
 from common.pb import pb_binlog_pb2
 from common.tso_guard import Present, ahead_message, clock_present, ts_text
-from tools.reparo_config import ReparoConfig, parse_args
-from tools.reparo_dest import Dest, make_dest
-from tools.reparo_select import Selection, Window, first_file, newest_commit_ts
+from tools.reparo.config import ReparoConfig, parse_args
+from tools.reparo.dest import Dest, make_dest
+from tools.reparo.select import Selection, Window, first_file, newest_commit_ts
 
 __all__ = ["PROGRESS_INTERVAL", "Summary", "check_start", "main", "replay"]
 
@@ -212,7 +212,3 @@ def main(argv: list[str] | None = None, *, out: TextIO | None = None, err: TextI
             dest.close()
     _say(stderr, summary.line())
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -22,7 +22,7 @@ from pathlib import Path
 from common.audit import MySQLServer
 from common.errors import BinlogError
 from tools.localcluster import DrainerProcess, EtcdProcess, NodeProcess, PDProcess, PumpProcess
-from tools.playground_state import State, save_state
+from tools.playground.state import State, save_state
 from tools.procs import ManagedProcess
 
 PUMP_ARGS = ("--gen-binlog-interval", "1", "--heartbeat-interval", "1")

@@ -1,6 +1,6 @@
 """`binlogctl`: list pumps and drainers, change their state, write a drainer savepoint, encrypt a password.
 
-Commands (reference §4.2; options in tools/binlogctl_options.py, output in tools/binlogctl_render.py):
+Commands (reference §4.2; options in tools/binlogctl/options.py, output in tools/binlogctl/render.py):
 
     pumps | drainers        the nodes in etcd (`/tidb-binlog/v1/<kind>/<id>`) as a table, or `--json` the
                             stored values; offline nodes only with --show-offline-nodes
@@ -52,7 +52,7 @@ from common.pd_client import LEADER_KEY, TSOClient, read_leader
 from common.registry import NodeKind, NodeState, NodeStatus, Registry
 from common.tls import TLS
 from common.tso_guard import Present, check_not_ahead
-from tools.binlogctl_options import (
+from tools.binlogctl.options import (
     ACTION_COMMANDS,
     LIST_COMMANDS,
     PROG,
@@ -60,7 +60,7 @@ from tools.binlogctl_options import (
     Options,
     parse,
 )
-from tools.binlogctl_render import json_list, node_table, savepoint_text
+from tools.binlogctl.render import json_list, node_table, savepoint_text
 
 log = logging.getLogger(__name__)
 
@@ -326,7 +326,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail(PROG, "interrupted", EXIT_INTERRUPTED)
     finally:
         ctl.close()
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,7 @@
+"""`python -m tools.playground`."""
+
+import sys
+
+from tools.playground import main
+
+sys.exit(main())
