@@ -16,7 +16,7 @@ from pump.storage.entry import parse_binlog
 from pump.storage.pull import merge_prewrite, split_prewrite_value
 from pump.storage.storage import Storage
 from pump.storage.vlog import ValueLog
-from tests.unit.test_pump_storage_support import Tso, commit, open_storage, prewrite, pull_upto, write
+from tests.unit.storageutil import Tso, commit, open_storage, prewrite, pull_upto, write
 
 
 @pytest.fixture

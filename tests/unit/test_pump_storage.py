@@ -15,7 +15,7 @@ from pump.storage.api import PulledBinlog, Resolution, Verdict
 from pump.storage.index import Index
 from pump.storage.storage import GC_KEEP_TSO, Storage
 from pump.storage.vlog import file_name
-from tests.unit.test_pump_storage_support import (
+from tests.unit.storageutil import (
     FAST_CHASER,
     FakeResolver,
     Tso,

@@ -15,7 +15,7 @@ import pytest
 
 from pump.storage.api import Resolution, Verdict
 from pump.storage.storage import Storage
-from tests.unit.test_pump_storage_support import FAST_CHASER, FakeResolver, options, pull_upto
+from tests.unit.storageutil import FAST_CHASER, FakeResolver, options, pull_upto
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -25,7 +25,7 @@ CHILD = r"""
 import os, sys, threading
 from pathlib import Path
 from pump.storage.storage import Storage
-from tests.unit.test_pump_storage_support import Tso, commit, options, prewrite, write
+from tests.unit.storageutil import Tso, commit, options, prewrite, write
 
 data, per_thread, mode = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 s = Storage(data, options(value_log_file_size=16384))

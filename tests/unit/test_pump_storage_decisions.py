@@ -13,7 +13,7 @@ from pump.storage.check import check_storage
 from pump.storage.index import DECISIONS_KEY, Index, done_key, late_key, ts_key
 from pump.storage.storage import GC_KEEP_TSO, Storage
 from pump.storage.vlog import ValueLog
-from tests.unit.test_pump_storage_support import (
+from tests.unit.storageutil import (
     FAST_CHASER,
     Tso,
     commit,

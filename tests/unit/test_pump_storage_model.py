@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from pump.storage.storage import GC_KEEP_TSO, Storage
-from tests.unit.test_pump_storage_support import (
+from tests.unit.storageutil import (
     Tso,
     commit,
     fake,

@@ -13,7 +13,7 @@ from pump.storage.api import NullObserver
 from pump.storage.index import Index
 from pump.storage.storage import Storage
 from pump.storage.vlog import file_name
-from tests.unit.test_pump_storage_support import FAST_CHASER, Tso, commit, options, prewrite, pull_upto, write
+from tests.unit.storageutil import FAST_CHASER, Tso, commit, options, prewrite, pull_upto, write
 
 
 class Errors(NullObserver):

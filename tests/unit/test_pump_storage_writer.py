@@ -14,7 +14,7 @@ from common.pb import binlog_pb2
 from pump.storage.api import NullObserver
 from pump.storage.queues import BoundedQueue
 from pump.storage.storage import Storage
-from tests.unit.test_pump_storage_support import (
+from tests.unit.storageutil import (
     FAST_CHASER,
     Built,
     Tso,

@@ -1,7 +1,4 @@
-"""Shared helpers of the pump storage tests (binlog builders, TSO source, fake resolver, pull helper).
-
-Holds no tests itself; named `test_pump_storage_*` to stay inside the storage test namespace.
-"""
+"""Shared helpers of the pump storage tests (binlog builders, TSO source, fake resolver, pull helper)."""
 
 from __future__ import annotations
 
