@@ -24,13 +24,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal
 
-from common.config import ArgumentParser, Duration, add_flags, at_least, env_name, flags_from_args, load
+from common.config import ArgumentParser, Duration, add_flags, at_least, flags_from_args, load_with_sources
 from common.config.cli import CONFIG_FILE_DEST
 from common.config.node import NodeAddress, SecurityConfig
 from common.config.node import validate_etcd_urls as _etcd_urls
@@ -82,7 +81,8 @@ DEFAULT_HEARTBEAT_INTERVAL: Final = 1.0
 """Ours as a key; the original's fixed 1 s."""
 DEFAULT_LOG_LEVEL: Final = "info"
 
-# (field name, TOML key) of [syncer.to] keys whose unset value comes from a MYSQL_* variable.
+# (field name, variable) of [syncer.to] keys whose unset value comes from a MYSQL_* variable.  Not `env`
+# aliases of the fields: these rank below the file, not beside DRAINER_*, and report their own port error.
 _MYSQL_ENV: Final = (
     ("host", "MYSQL_HOST"),
     ("user", "MYSQL_USER"),
@@ -242,13 +242,13 @@ def load_config(
     flags: Mapping[str, object] | None = None,
 ) -> DrainerConfig:
     """Load and validate a DrainerConfig (env prefix DRAINER); raises ConfigError naming the bad key."""
-    cfg = load(DrainerConfig, file=file, env=env, env_prefix=ENV_PREFIX, flags=flags)
+    loaded = load_with_sources(DrainerConfig, file=file, env=env, env_prefix=ENV_PREFIX, flags=flags)
+    cfg = loaded.config
     if not env:
         return cfg
-    set_keys = _to_keys_set(file, env, flags)
     changes: dict[str, object] = {}
     for name, variable in _MYSQL_ENV:
-        if name in set_keys or variable not in env:
+        if loaded.was_set(f"syncer.to.{name}") or variable not in env:
             continue
         raw = env[variable]
         if name != "port":
@@ -268,23 +268,6 @@ def load_config(
         return cfg
     to = dataclasses.replace(cfg.syncer.to, **changes)  # type: ignore[arg-type]
     return dataclasses.replace(cfg, syncer=dataclasses.replace(cfg.syncer, to=to))
-
-
-def _to_keys_set(file: str | Path | None, env: Mapping[str, str], flags: Mapping[str, object] | None) -> set[str]:
-    """Which of `[syncer.to]` host/user/password/port a file, a DRAINER_* variable or a flag sets."""
-    found: set[str] = set()
-    table: object = {}
-    if file is not None:  # load() has read and checked it already
-        table = tomllib.loads(Path(file).read_text(encoding="utf-8")).get("syncer", {}).get("to", {})
-    for name, _ in _MYSQL_ENV:
-        dotted = f"syncer.to.{name}"
-        if (
-            (isinstance(table, dict) and name in table)
-            or env_name(ENV_PREFIX, dotted) in env
-            or (flags is not None and dotted in flags)
-        ):
-            found.add(name)
-    return found
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -13,10 +13,8 @@ Keys are the original `pump.toml` ones, plus a few of ours:
     log-format, log-file-max-size, log-file-max-backups   text / json lines, size rotation (common/logsetup.py)
 
 `gc` keeps the original's two spellings: a plain number is a number of DAYS (`gc = 7`, `PUMP_GC=7`,
-`--gc 7`) and a string with a unit is a duration (`gc = "8h"`).  The config framework knows only
-durations, so `load_config` re-reads the raw value of the winning source and converts it; always load
-a `PumpConfig` through `load_config` / `parse_args`, never through `common.config.load` directly.
-`PumpConfig.gc` holds seconds.
+`--gc 7`) and a string with a unit is a duration (`gc = "8h"`); the field's own parser (`parse_gc`) reads
+both from every source.  `PumpConfig.gc` holds seconds.
 
 The original's deprecated keys (`binlog-file-size`, `enable-binlog-slice`, `binlog-slice-size`,
 `log-rotate`) and its push-gateway flags (`metrics-addr`, `metrics-interval`) are accepted and ignored;
@@ -28,10 +26,9 @@ The original's deprecated keys (`binlog-file-size`, `enable-binlog-slice`, `binl
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import contextlib
 import math
 import os
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,16 +40,16 @@ from common.config import (
     Duration,
     add_flags,
     at_least,
-    env_name,
     flags_from_args,
     load,
     parse_duration,
 )
 from common.config.cli import CONFIG_FILE_DEST
+from common.config.convert import show
 from common.config.node import NodeAddress, SecurityConfig
 from common.config.node import validate_etcd_urls as _etcd_urls
 from common.config.node import validate_host_port as _host_port
-from common.errors import ConfigError
+from common.config.schema import Kind, TypeSpec, describe
 from common.logsetup import DEFAULT_LOG_FORMAT, DEFAULT_MAX_BACKUPS, DEFAULT_MAX_SIZE_MIB, LogFormat
 from common.txnstatus import DEFAULT_STATUS_ROW_TTL
 from pump.storage.api import (
@@ -100,6 +97,48 @@ def _positive(value: float) -> None:
 def _not_negative(value: float) -> None:
     if not value >= 0:
         raise ValueError("must be >= 0")
+
+
+def gc_seconds(raw: object) -> float:
+    """The `gc` value in seconds: a plain number means days, a string with a unit is a duration.
+
+    Raises ValueError for anything else (`parse_gc`, the field's parser, checks the value first).
+    """
+    if isinstance(raw, bool):
+        raise ValueError(f"{raw!r} is not a gc value")
+    if isinstance(raw, int | float):
+        days = float(raw)
+    elif isinstance(raw, str):
+        text = raw.strip()
+        try:
+            days = float(text)
+        except ValueError:
+            return parse_duration(text)
+    else:
+        raise ValueError(f"{raw!r} is not a gc value")
+    if not math.isfinite(days):
+        raise ValueError(f"{raw!r} is not a finite number of days")
+    return days * SECONDS_PER_DAY
+
+
+_GC_EXPECTED: Final = describe(TypeSpec(Kind.DURATION))
+"""What a rejected `gc` value is said to need: the words of every other duration key."""
+
+
+def parse_gc(raw: object) -> float:
+    """The `gc` field's parser: `raw` as written in pump.toml, PUMP_GC or --gc, in seconds (see `gc_seconds`).
+
+    It accepts exactly what a duration field accepts and words a rejection the same way, so `gc` errors
+    read like those of every other duration key.  A value that is not positive is returned as a plain
+    duration, unscaled: the field's validator rejects it, and its message then shows the number as written.
+    """
+    seconds: float | None = None
+    if isinstance(raw, int | float | str) and not isinstance(raw, bool):
+        with contextlib.suppress(ValueError):
+            seconds = parse_duration(raw)
+    if seconds is None:
+        raise ValueError(f"expected {_GC_EXPECTED}, got {show(raw)}")
+    return gc_seconds(raw) if seconds > 0 else seconds
 
 
 def _message_size(value: int) -> None:
@@ -210,6 +249,7 @@ class PumpConfig(NodeAddress):
         default=DEFAULT_GC,
         metadata={
             "help": "how long binlogs are kept: a number of days, or a duration such as '8h'",
+            "parse": parse_gc,
             "validate": _positive,
         },
     )
@@ -287,28 +327,6 @@ class PumpConfig(NodeAddress):
 # ----------------------------------------------------------------------------------------------- loading
 
 
-def gc_seconds(raw: object) -> float:
-    """The `gc` value in seconds: a plain number means days, a string with a unit is a duration.
-
-    Raises ValueError for anything else (the loader has already rejected most of it).
-    """
-    if isinstance(raw, bool):
-        raise ValueError(f"{raw!r} is not a gc value")
-    if isinstance(raw, int | float):
-        days = float(raw)
-    elif isinstance(raw, str):
-        text = raw.strip()
-        try:
-            days = float(text)
-        except ValueError:
-            return parse_duration(text)
-    else:
-        raise ValueError(f"{raw!r} is not a gc value")
-    if not math.isfinite(days):
-        raise ValueError(f"{raw!r} is not a finite number of days")
-    return days * SECONDS_PER_DAY
-
-
 def load_config(
     file: str | Path | None = None,
     *,
@@ -316,31 +334,7 @@ def load_config(
     flags: Mapping[str, object] | None = None,
 ) -> PumpConfig:
     """Load and validate a PumpConfig (env prefix PUMP); raises ConfigError naming the bad key."""
-    cfg = load(PumpConfig, file=file, env=env, env_prefix=ENV_PREFIX, flags=flags)
-    source, raw = _raw_gc(file, env, flags)
-    if raw is None:
-        return cfg
-    try:
-        seconds = gc_seconds(raw)
-    except ValueError as exc:  # pragma: no cover - the loader rejected it already
-        raise ConfigError(f"{source}: invalid value for 'gc': {exc}") from None
-    return dataclasses.replace(cfg, gc=seconds)
-
-
-def _raw_gc(
-    file: str | Path | None, env: Mapping[str, str] | None, flags: Mapping[str, object] | None
-) -> tuple[str, object]:
-    """The `gc` value as the winning source wrote it (flags > environment > file), or (.., None)."""
-    if flags and "gc" in flags:
-        return "flag --gc", flags["gc"]
-    name = env_name(ENV_PREFIX, "gc")
-    if env is not None and name in env:
-        return f"environment variable {name}", env[name]
-    if file is not None:
-        table = tomllib.loads(Path(file).read_text(encoding="utf-8"))
-        if "gc" in table:
-            return f"config file '{file}'", table["gc"]
-    return "default value", None
+    return load(PumpConfig, file=file, env=env, env_prefix=ENV_PREFIX, flags=flags)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -62,7 +62,7 @@ def add_flags(parser: argparse.ArgumentParser, cls: type, *, env_prefix: str = "
         if default:
             parts.append(f"(default: {default})")
         if env_prefix:
-            parts.append(f"[env {env_name(env_prefix, dotted)}]")
+            parts.append(f"[env {', '.join((env_name(env_prefix, dotted), *f.env))}]")
         scalar = f.spec.item if f.spec.kind is Kind.OPTIONAL and f.spec.item is not None else f.spec
         extra: dict[str, object] = {"nargs": "?", "const": "true"} if scalar.kind is Kind.BOOL else {}
         parser.add_argument(

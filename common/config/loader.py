@@ -5,18 +5,22 @@ a table). Layers merge key by key, so a file that sets `[storage] sync-log` and 
 `PUMP_STORAGE_KV_CHAN_CAP` both count. An array of tables is one value: the highest layer that sets it
 wins whole. The merged layer is applied over the dataclass defaults and the result is validated.
 
-The loader remembers which source set each key, so a validation error can say where the bad value came from.
+The loader remembers which source set each key, so a validation error can say where the bad value came from,
+and `load_with_sources` hands that record back (`Loaded.was_set`, `Loaded.source`) for rules that depend on
+whether the user set a key at all.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import enum
 import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from types import MappingProxyType
+from typing import Any, Final, Generic, TypeVar
 
 from common.config import convert
 from common.config.schema import ConfigField, Kind, fields_of, join, resolve, value_fields
@@ -28,9 +32,63 @@ Layer = dict[str, Any]
 """Field name -> typed value, or -> a nested Layer for a table field."""
 
 _DEFAULT_SOURCE: Final = "default value"
+_INDEX = re.compile(r"\[\d+\]")
 _TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
 _TOML_AT_END: Final = " (at end of document)"
 _LAST_PART = re.compile(r"(\[\d+\]|\.[^.\[]*|^[^.\[]*)$")
+
+
+class Source(enum.StrEnum):
+    """Which kind of source set a key. Ordered by precedence: a later one overrides an earlier one."""
+
+    DEFAULT = "default"
+    FILE = "file"
+    ENV = "env"
+    FLAG = "flag"
+
+
+_RANK: Final = {source: rank for rank, source in enumerate(Source)}
+
+Origin = tuple[Source, str]
+"""A source kind and its description for messages: (Source.ENV, "environment variable PUMP_GC")."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Loaded(Generic[T]):
+    """A loaded config and which source set each of its keys.
+
+    Keys are dotted key paths as in the TOML file and the flags: "gc", "storage.sync-log",
+    "syncer.to.host". A key inside an array of tables ("syncer.event-filter[0].ignore-event") counts as
+    set by whatever set the array. A table ("syncer.to") counts as set when any key beneath it is, and its
+    source is the highest-precedence source among those keys. A key the config class does not have is a
+    KeyError, so a misspelt key in a rule cannot silently read as "not set".
+    """
+
+    config: T
+    origins: Mapping[str, Origin]
+
+    def was_set(self, key: str) -> bool:
+        """True when a file, environment variable or flag set `key` (False: it has its default value)."""
+        return self.source(key) is not Source.DEFAULT
+
+    def source(self, key: str) -> Source:
+        """The kind of source whose value `key` has."""
+        return self._origin(key)[0]
+
+    def where(self, key: str) -> str:
+        """The source of `key` in the words of error messages: "config file 'pump.toml'", "default value"."""
+        return self._origin(key)[1]
+
+    def _origin(self, key: str) -> Origin:
+        if not _is_key(type(self.config), key):
+            raise KeyError(f"{type(self.config).__name__} has no config key {key!r}")
+        found = _origin_of(key, self.origins)
+        if found is not None:
+            return found
+        beneath = [origin for path, origin in self.origins.items() if path.startswith(key + ".")]
+        if beneath:
+            return max(beneath, key=lambda origin: _RANK[origin[0]])
+        return Source.DEFAULT, _DEFAULT_SOURCE
 
 
 def load(
@@ -52,8 +110,20 @@ def load(
 
     Raises ConfigError for every bad input; TypeError if `cls` is not a usable config class.
     """
+    return load_with_sources(cls, file=file, env=env, env_prefix=env_prefix, flags=flags).config
+
+
+def load_with_sources(
+    cls: type[T],
+    *,
+    file: str | Path | None = None,
+    env: Mapping[str, str] | None = None,
+    env_prefix: str = "",
+    flags: Mapping[str, object] | None = None,
+) -> Loaded[T]:
+    """`load()`, also returning which source set each key (see `Loaded`)."""
     fields_of(cls)
-    sources: dict[str, str] = {}
+    sources: dict[str, Origin] = {}
     layers: list[Layer] = []
     if file is not None:
         layers.append(_file_layer(cls, Path(file), sources))
@@ -66,7 +136,7 @@ def load(
         merged = _merge(cls, merged, layer)
     cfg = _build(cls, merged, path="", base=None, source="")
     _validate(cfg, "", sources)
-    return cfg
+    return Loaded(cfg, MappingProxyType(sources))
 
 
 def env_name(prefix: str, dotted: str) -> str:
@@ -75,10 +145,27 @@ def env_name(prefix: str, dotted: str) -> str:
     return (stem + dotted).upper().replace("-", "_").replace(".", "_")
 
 
+def _is_key(cls: type, key: str) -> bool:
+    """Whether `key` names a key or table of `cls`; "[i]" after an array of tables steps into its elements."""
+    current: type | None = cls
+    for part in key.split("."):
+        name, _, index = part.partition("[")
+        found = None if current is None else next((f for f in fields_of(current) if f.key == name), None)
+        if found is None:
+            return False
+        if index:
+            if found.spec.kind is not Kind.SECTIONS or not _INDEX.fullmatch("[" + index):
+                return False
+            current = found.spec.section
+        else:
+            current = found.spec.table
+    return True
+
+
 # ----------------------------------------------------------------------------------------------- layers
 
 
-def _file_layer(cls: type, file: Path, sources: dict[str, str]) -> Layer:
+def _file_layer(cls: type, file: Path, sources: dict[str, Origin]) -> Layer:
     source = f"config file '{file}'"
     try:
         text = file.read_bytes().decode("utf-8")
@@ -106,7 +193,7 @@ def _toml_error(message: str, text: str) -> str:
     return f": {message}"
 
 
-def _table_layer(cls: type, table: Mapping[str, object], path: str, source: str, sources: dict[str, str]) -> Layer:
+def _table_layer(cls: type, table: Mapping[str, object], path: str, source: str, sources: dict[str, Origin]) -> Layer:
     """A strict layer from one TOML table: every key must be a field of `cls`."""
     by_key = {f.key: f for f in fields_of(cls)}
     layer: Layer = {}
@@ -126,11 +213,13 @@ def _table_layer(cls: type, table: Mapping[str, object], path: str, source: str,
             layer[f.name] = _table_layer(table_cls, value, key_path, source, sources)
         else:
             layer[f.name] = _native_value(f, value, key_path, source)
-            sources[key_path] = source
+            sources[key_path] = (Source.FILE, source)
     return layer
 
 
 def _native_value(f: ConfigField, value: object, key_path: str, source: str) -> object:
+    if f.parse is not None:
+        return _parsed(f, value, key_path, source)
     if f.spec.kind is not Kind.SECTIONS:
         return convert.from_native(f.spec, value, path=key_path, source=source)
     element_cls = f.spec.section
@@ -154,22 +243,41 @@ def _native_value(f: ConfigField, value: object, key_path: str, source: str) -> 
     return tuple(elements)
 
 
-def _env_layer(cls: type, env: Mapping[str, str], prefix: str, sources: dict[str, str]) -> Layer:
+def _parsed(f: ConfigField, value: object, key_path: str, source: str) -> object:
+    """`value` through the field's own `parse` hook; its ValueError becomes a ConfigError naming the source."""
+    assert f.parse is not None
+    try:
+        return f.parse(value)
+    except ValueError as exc:
+        raise ConfigError(f"{source}: invalid value for '{key_path}': {exc}") from None
+
+
+def _env_layer(cls: type, env: Mapping[str, str], prefix: str, sources: dict[str, Origin]) -> Layer:
+    """The generated PREFIX_KEY variable of every value field, else the first of its `env` aliases that is set."""
     layer: Layer = {}
     names: dict[str, str] = {}
     for dotted, chain in value_fields(cls):
-        name = env_name(prefix, dotted)
-        if name in names:
-            raise TypeError(f"{cls.__name__}: keys '{names[name]}' and '{dotted}' share environment variable {name}")
-        names[name] = dotted
-        if name in env:
+        f = chain[-1]
+        candidates = (env_name(prefix, dotted), *f.env)
+        for name in candidates:
+            if name in names:
+                raise TypeError(
+                    f"{cls.__name__}: keys '{names[name]}' and '{dotted}' share environment variable {name}"
+                )
+            names[name] = dotted
+        name = next((n for n in candidates if n in env), "")
+        if name:
             source = f"environment variable {name}"
-            _put(layer, chain, convert.from_text(chain[-1].spec, env[name], path=dotted, source=source))
-            sources[dotted] = source
+            if f.parse is not None:
+                value = _parsed(f, env[name], dotted, source)
+            else:
+                value = convert.from_text(f.spec, env[name], path=dotted, source=source)
+            _put(layer, chain, value)
+            sources[dotted] = (Source.ENV, source)
     return layer
 
 
-def _flag_layer(cls: type, flags: Mapping[str, object], sources: dict[str, str]) -> Layer:
+def _flag_layer(cls: type, flags: Mapping[str, object], sources: dict[str, Origin]) -> Layer:
     layer: Layer = {}
     for dotted, value in flags.items():
         source = f"flag --{dotted}"
@@ -179,12 +287,12 @@ def _flag_layer(cls: type, flags: Mapping[str, object], sources: dict[str, str])
         f = chain[-1]
         if f.spec.table is not None:
             raise ConfigError(f"{source}: '{dotted}' is a table; set its keys one by one")
-        if isinstance(value, str) and f.spec.kind is not Kind.SECTIONS:
+        if isinstance(value, str) and f.spec.kind is not Kind.SECTIONS and f.parse is None:
             typed = convert.from_text(f.spec, value, path=dotted, source=source)
         else:
             typed = _native_value(f, value, dotted, source)
         _put(layer, chain, typed)
-        sources[dotted] = source
+        sources[dotted] = (Source.FLAG, source)
     return layer
 
 
@@ -239,7 +347,7 @@ def _build(cls: type[T], layer: Layer, *, path: str, base: T | None, source: str
         raise ConfigError(f"invalid config{_in_table(path)}: {exc}") from None
 
 
-def _validate(cfg: object, path: str, sources: Mapping[str, str]) -> None:
+def _validate(cfg: object, path: str, sources: Mapping[str, Origin]) -> None:
     """Run field validators and `validate()` methods, innermost tables first."""
     for f in fields_of(type(cfg)):
         value = getattr(cfg, f.name)
@@ -259,7 +367,7 @@ def _validate(cfg: object, path: str, sources: Mapping[str, str]) -> None:
             raise ConfigError(f"invalid config{_in_table(path)}: {exc}") from None
 
 
-def _run_validator(f: ConfigField, value: object, key_path: str, sources: Mapping[str, str]) -> None:
+def _run_validator(f: ConfigField, value: object, key_path: str, sources: Mapping[str, Origin]) -> None:
     assert f.validate is not None
     try:
         verdict = f.validate(value)
@@ -267,12 +375,13 @@ def _run_validator(f: ConfigField, value: object, key_path: str, sources: Mappin
     except (ValueError, ConfigError) as exc:
         reason = str(exc)
     if reason:
-        source = _source_of(key_path, sources)
+        origin = _origin_of(key_path, sources)
+        source = _DEFAULT_SOURCE if origin is None else origin[1]
         raise ConfigError(f"{source}: invalid value for '{key_path}': {reason} (got {convert.show(value)})")
 
 
-def _source_of(key_path: str, sources: Mapping[str, str]) -> str:
-    """The source that set `key_path`, or the array of tables holding it."""
+def _origin_of(key_path: str, sources: Mapping[str, Origin]) -> Origin | None:
+    """The source that set `key_path`, or the array of tables holding it; None when neither was set."""
     path = key_path
     while path:
         if path in sources:
@@ -281,7 +390,7 @@ def _source_of(key_path: str, sources: Mapping[str, str]) -> str:
         if parent == path:
             break
         path = parent
-    return _DEFAULT_SOURCE
+    return None
 
 
 def _in_table(path: str) -> str:

@@ -8,6 +8,14 @@ A config class is a frozen dataclass. Each field's TOML key is its name in kebab
     validate  a callable run on the final (non-None) value: it raises ValueError / ConfigError, or
               returns False, to reject it (see `common.config.checks`)
     aliases   extra command-line option strings, such as ("-L",)
+    parse     a callable that turns the raw value into the field's value, in place of the built-in
+              conversion: it gets the TOML value as tomllib returns it, or the string of an environment
+              variable or flag (a programmatic flag value as given), and raises ValueError to reject it;
+              the loader reports "<source>: invalid value for '<key>': <the ValueError's text>". The
+              `validate` callable then checks the parsed value as usual. Value fields only.
+    env       extra environment variable names for the field, such as ("LEGACY_HOST",), read like the
+              generated PREFIX_KEY name and at the same precedence; the generated name wins when both
+              are set. Value fields only.
 
 Supported annotations: int, float, bool, str, Path, Duration, ByteSize, Literal[...] of str/int/bool,
 `X | None`, `tuple[X, ...]` and `dict[str, X]` of those scalars, a nested config dataclass (a TOML table)
@@ -28,7 +36,7 @@ from typing import Annotated, Any, Final, Literal, Union, get_args, get_origin
 
 from common.config.units import DURATION_UNIT, SIZE_UNIT
 
-_METADATA_KEYS: Final = frozenset({"key", "help", "validate", "aliases"})
+_METADATA_KEYS: Final = frozenset({"key", "help", "validate", "aliases", "parse", "env"})
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
@@ -85,6 +93,8 @@ class ConfigField:
     validate: Callable[[Any], object] | None
     aliases: tuple[str, ...]
     dc_field: dataclasses.Field[Any]
+    parse: Callable[[object], object] | None = None
+    env: tuple[str, ...] = ()
 
     @property
     def has_default(self) -> bool:
@@ -145,8 +155,28 @@ def _inspect(cls: type) -> tuple[ConfigField, ...]:
             raise TypeError(f"{where}: metadata 'validate' must be callable")
         aliases = tuple(str(a) for a in meta.get("aliases", ()))
         spec = parse_annotation(hints[dc_field.name], where)
-        result.append(ConfigField(dc_field.name, key, spec, str(meta.get("help", "")), validate, aliases, dc_field))
+        parse, env = _value_hooks(meta, spec, where)
+        result.append(
+            ConfigField(
+                dc_field.name, key, spec, str(meta.get("help", "")), validate, aliases, dc_field, parse=parse, env=env
+            )
+        )
     return tuple(result)
+
+
+def _value_hooks(
+    meta: dict[str, Any], spec: TypeSpec, where: str
+) -> tuple[Callable[[object], object] | None, tuple[str, ...]]:
+    """The `parse` and `env` metadata of a field, checked: both only make sense for a value field."""
+    parse = meta.get("parse")
+    if parse is not None and not callable(parse):
+        raise TypeError(f"{where}: metadata 'parse' must be callable")
+    env = meta.get("env", ())
+    if isinstance(env, str) or not isinstance(env, tuple | list) or not all(isinstance(n, str) and n for n in env):
+        raise TypeError(f"{where}: metadata 'env' must be a tuple of environment variable names")
+    if (parse is not None or env) and (spec.table is not None or spec.kind is Kind.SECTIONS):
+        raise TypeError(f"{where}: metadata 'parse' and 'env' are for value fields, not tables")
+    return parse, tuple(env)
 
 
 def parse_annotation(tp: object, where: str) -> TypeSpec:

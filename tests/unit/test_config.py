@@ -21,6 +21,7 @@ from common.config import (
     ArgumentParser,
     ByteSize,
     Duration,
+    Source,
     add_flags,
     at_least,
     dump,
@@ -29,6 +30,7 @@ from common.config import (
     format_duration,
     load,
     load_args,
+    load_with_sources,
     non_empty,
     parse_duration,
     parse_size,
@@ -1094,3 +1096,203 @@ def test_no_traceback_on_stderr_for_usage_errors() -> None:
     )
     assert result.returncode == 2
     assert re.fullmatch(r"\S+: config error: command line: unrecognized arguments: --bogus\n", result.stderr)
+
+
+# ================================================================== which source set each key
+
+
+def build_args(cls: type, argv: list[str], *, env_prefix: str = "") -> argparse.Namespace:
+    parser = ArgumentParser()
+    add_flags(parser, cls, env_prefix=env_prefix)
+    return parser.parse_args(argv)
+
+
+def test_was_set_and_source_of_every_kind_of_source(tmp_path: Path) -> None:
+    file = write(tmp_path, 'addr = "file:1"\nnode-id = "file"\n[storage]\nsync-log = false\n')
+    env = {"PUMP_NODE_ID": "env", "PUMP_STORAGE_KV_CHAN_CAP": "5", "PUMP_GC": "3"}
+    loaded = load_with_sources(PumpConfig, file=file, env=env, env_prefix="PUMP", flags={"gc": "4"})
+    assert loaded.config == load(PumpConfig, file=file, env=env, env_prefix="PUMP", flags={"gc": "4"})
+    expected = {
+        "data-dir": Source.DEFAULT,
+        "addr": Source.FILE,
+        "node-id": Source.ENV,  # env over file
+        "gc": Source.FLAG,  # flag over env
+        "storage.sync-log": Source.FILE,
+        "storage.kv_chan_cap": Source.ENV,
+        "storage.kv.block-size": Source.DEFAULT,
+    }
+    assert {key: loaded.source(key) for key in expected} == expected
+    assert {key: loaded.was_set(key) for key in expected} == {key: s != "default" for key, s in expected.items()}
+    assert loaded.source("gc") == "flag"  # a str enum: compares with its plain name
+    assert loaded.where("gc") == "flag --gc"
+    assert loaded.where("node-id") == "environment variable PUMP_NODE_ID"
+    assert loaded.where("addr") == f"config file '{file}'"
+    assert loaded.where("data-dir") == "default value"
+
+
+def test_sources_of_nested_tables_and_arrays_of_tables(tmp_path: Path) -> None:
+    file = write(
+        tmp_path,
+        "[syncer.to]\nhost = 'h'\n[[syncer.replicate-do-table]]\ndb-name = 'd'\ntbl-name = 't'\n",
+    )
+    loaded = load_with_sources(DrainerConfig, file=file, env={"DRAINER_SYNCER_TO_PORT": "3307"}, env_prefix="DRAINER")
+    assert loaded.source("syncer.to.host") is Source.FILE
+    assert loaded.source("syncer.to.port") is Source.ENV
+    assert loaded.source("syncer.to.read-timeout") is Source.DEFAULT
+    assert not loaded.was_set("syncer.to.checkpoint.schema")
+    # A table: set when a key beneath it is, with the highest-precedence source among them.
+    assert loaded.source("syncer.to") is Source.ENV
+    assert loaded.source("syncer") is Source.ENV
+    assert not loaded.was_set("syncer.to.checkpoint")
+    # An array of tables is set whole; its elements' keys count as set by the same source.
+    assert loaded.source("syncer.replicate-do-table") is Source.FILE
+    assert loaded.source("syncer.replicate-do-table[0].tbl-name") is Source.FILE
+    assert load_with_sources(DrainerConfig).source("syncer.replicate-do-table") is Source.DEFAULT
+
+
+@pytest.mark.parametrize("key", ["syncer.to.hots", "syncer.to.host.x", "syncer.event-filter[0].a", "syncer[0].to"])
+def test_asking_for_a_key_the_class_does_not_have_is_a_key_error(key: str) -> None:
+    loaded = load_with_sources(DrainerConfig)
+    with pytest.raises(KeyError, match="DrainerConfig has no config key"):
+        loaded.was_set(key)
+
+
+def test_a_flag_overrides_the_environment_and_a_nested_flag_is_a_flag() -> None:
+    env = {"DRAINER_SYNCER_TO_HOST": "env-host", "DRAINER_SYNCER_WORKER_COUNT": "2"}
+    args = build_args(DrainerConfig, ["--syncer.to.host", "flag-host"], env_prefix="DRAINER")
+    loaded = load_with_sources(DrainerConfig, env=env, env_prefix="DRAINER", flags=flags_from_args(args))
+    assert loaded.config.syncer.to.host == "flag-host"
+    assert (loaded.source("syncer.to.host"), loaded.where("syncer.to.host")) == (Source.FLAG, "flag --syncer.to.host")
+    assert loaded.source("syncer.worker-count") is Source.ENV
+
+
+# ================================================================== per-field hooks: parse and env
+
+
+def _half_or_percent(raw: object) -> float:
+    """A test parser: "50%" or 0.5 (TOML numbers) -> 0.5."""
+    if isinstance(raw, str) and raw.strip().endswith("%"):
+        try:
+            return float(raw.strip()[:-1]) / 100
+        except ValueError:
+            pass
+    elif isinstance(raw, int | float) and not isinstance(raw, bool):
+        return float(raw)
+    raise ValueError(f"expected a fraction or a percentage, got {raw!r}")
+
+
+@dataclass(frozen=True)
+class HookedTo:
+    host: str = field(default="localhost", metadata={"env": ("LEGACY_HOST", "OLDER_HOST")})
+    ratio: float = field(default=1.0, metadata={"parse": _half_or_percent, "validate": lambda v: 0 < v <= 1})
+
+
+@dataclass(frozen=True)
+class Hooked:
+    ratio: float = field(default=1.0, metadata={"parse": _half_or_percent, "validate": lambda v: 0 < v <= 1})
+    to: HookedTo = field(default_factory=HookedTo)
+
+
+def test_parse_hook_reads_every_source(tmp_path: Path) -> None:
+    file = write(tmp_path, "ratio = 0.25\n[to]\nratio = '10%'\n")
+    assert load(Hooked, file=file) == Hooked(ratio=0.25, to=HookedTo(ratio=0.1))
+    assert load(Hooked, env={"H_RATIO": " 50% "}, env_prefix="H").ratio == 0.5
+    assert load(Hooked, env={"H_TO_RATIO": "20%"}, env_prefix="H").to.ratio == 0.2
+    assert load(Hooked, flags={"ratio": "75%"}).ratio == 0.75
+    assert load(Hooked, flags={"ratio": 0.5}).ratio == 0.5  # a programmatic flag value goes to the parser as given
+    args = build_args(Hooked, ["--to.ratio", "5%"])
+    assert load_args(Hooked, args, env={}, env_prefix="H").to.ratio == 0.05
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"env": {"H_RATIO": "half"}, "env_prefix": "H"},
+            "environment variable H_RATIO: invalid value for 'ratio': expected a fraction or a percentage, got 'half'",
+        ),
+        (
+            {"flags": {"to.ratio": True}},
+            "flag --to.ratio: invalid value for 'to.ratio': expected a fraction or a percentage, got True",
+        ),
+        # The validator still checks the parsed value, and names the source.
+        ({"flags": {"ratio": "150%"}}, "flag --ratio: invalid value for 'ratio': rejected by <lambda> (got 1.5)"),
+    ],
+)
+def test_parse_hook_errors_name_source_key_and_reason(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        load(Hooked, **kwargs)  # type: ignore[arg-type]
+    assert error_of(excinfo) == message
+
+
+def test_parse_hook_error_in_the_file(tmp_path: Path) -> None:
+    file = write(tmp_path, "[to]\nratio = 'most'\n")
+    with pytest.raises(ConfigError) as excinfo:
+        load(Hooked, file=file, flags={"to.ratio": "5%"})  # a bad file value is an error even when overridden
+    assert error_of(excinfo) == (
+        f"config file '{file}': invalid value for 'to.ratio': expected a fraction or a percentage, got 'most'"
+    )
+
+
+def test_env_alias_hook() -> None:
+    loaded = load_with_sources(Hooked, env={"LEGACY_HOST": "legacy"}, env_prefix="H")
+    assert loaded.config.to.host == "legacy"
+    assert (loaded.source("to.host"), loaded.where("to.host")) == (Source.ENV, "environment variable LEGACY_HOST")
+    # The generated name wins over its aliases, and the first alias over later ones.
+    both = {"LEGACY_HOST": "legacy", "OLDER_HOST": "older", "H_TO_HOST": "generated"}
+    assert load(Hooked, env=both, env_prefix="H").to.host == "generated"
+    assert load(Hooked, env={"OLDER_HOST": "older", "LEGACY_HOST": "legacy"}, env_prefix="H").to.host == "legacy"
+    # At environment precedence: over the file, under a flag.
+    assert load(Hooked, env={"OLDER_HOST": "older"}, env_prefix="H", flags={"to.host": "flag"}).to.host == "flag"
+    # Like the generated name, aliases are only read with an env prefix.
+    assert load(Hooked, env={"LEGACY_HOST": "legacy"}).to.host == "localhost"
+    parser = ArgumentParser()
+    add_flags(parser, Hooked, env_prefix="H")
+    assert "[env H_TO_HOST, LEGACY_HOST, OLDER_HOST]" in " ".join(parser.format_help().split())
+
+
+def test_env_alias_value_errors_name_the_alias() -> None:
+    @dataclass(frozen=True)
+    class Port:
+        port: int = field(default=1, metadata={"env": ("OLD_PORT",)})
+
+    with pytest.raises(ConfigError) as excinfo:
+        load(Port, env={"OLD_PORT": "many"}, env_prefix="P")
+    assert (
+        error_of(excinfo) == "environment variable OLD_PORT: invalid value for 'port': expected an integer, got 'many'"
+    )
+
+
+@dataclass(frozen=True)
+class AliasClash:
+    a: int = 0
+    b: int = field(default=0, metadata={"env": ("X_A",)})
+
+
+@dataclass(frozen=True)
+class EnvNotATuple:
+    a: int = field(default=0, metadata={"env": "OLD_A"})
+
+
+@dataclass(frozen=True)
+class ParseNotCallable:
+    a: int = field(default=0, metadata={"parse": "int"})
+
+
+@dataclass(frozen=True)
+class HookOnATable:
+    to: HookedTo = field(default_factory=HookedTo, metadata={"env": ("TO",)})
+
+
+@pytest.mark.parametrize(
+    ("cls", "message"),
+    [
+        (AliasClash, "AliasClash: keys 'a' and 'b' share environment variable X_A"),
+        (EnvNotATuple, r"EnvNotATuple\.a: metadata 'env' must be a tuple of environment variable names"),
+        (ParseNotCallable, r"ParseNotCallable\.a: metadata 'parse' must be callable"),
+        (HookOnATable, r"HookOnATable\.to: metadata 'parse' and 'env' are for value fields, not tables"),
+    ],
+)
+def test_bad_hooks_are_type_errors(cls: type, message: str) -> None:
+    with pytest.raises(TypeError, match=message):
+        load(cls, env={}, env_prefix="X")

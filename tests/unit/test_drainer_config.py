@@ -137,6 +137,26 @@ def test_mysql_env_defaults_of_syncer_to(tmp_path: Path) -> None:
     assert (to.host, to.user, to.password, to.port) == ("file-host", "env-user", "pw", 4000)
 
 
+def test_mysql_env_yields_to_a_key_set_to_its_default_value(tmp_path: Path) -> None:
+    """MYSQL_* fill only keys no source set: a file that spells out the default still wins."""
+    env = {"MYSQL_HOST": "db1", "MYSQL_PORT": "3307", "MYSQL_USER": "u"}
+    file = toml(tmp_path, '[syncer.to]\nhost = "localhost"\n')
+    to = load_config(file, env={**env, "DRAINER_SYNCER_TO_PORT": "3306"}, flags={"syncer.to.user": "root"}).syncer.to
+    assert (to.host, to.port, to.user) == ("localhost", 3306, "root")
+    # An overridden bad MYSQL_PORT is never read.
+    assert load_config(env={"MYSQL_PORT": "many", "DRAINER_SYNCER_TO_PORT": "3308"}).syncer.to.port == 3308
+
+
+@pytest.mark.parametrize("raw", ["many", "", "0", "70000"])
+def test_bad_mysql_port_message(raw: str) -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        load_config(env={"MYSQL_PORT": raw})
+    assert str(excinfo.value) == (
+        f"environment variable MYSQL_PORT: invalid value for 'syncer.to.port': must be a port number 1..65535 "
+        f"(got {raw!r})"
+    )
+
+
 def test_bad_mysql_port_env_names_the_variable() -> None:
     with pytest.raises(ConfigError, match=r"MYSQL_PORT: invalid value for 'syncer.to.port'"):
         load_config(env={"MYSQL_PORT": "many"})
