@@ -22,8 +22,8 @@ from pump.storage.api import StorageOptions
 from pump.storage.diskguard import DiskGuard
 from pump.storage.storage import Storage
 from pump.storage.vlog import ValueLog
-from tests.unit.test_pump_server import DEADLINE, commit, prewrite
 from tests.unit.storageutil import FAST_CHASER, Tso, options
+from tests.unit.test_pump_server import DEADLINE, commit, prewrite
 from tests.unit.test_pump_write_refusals import OK, DiskPump, start_disk_pump
 
 NO_SPACE = grpc.StatusCode.RESOURCE_EXHAUSTED

@@ -2,29 +2,12 @@
 
 from __future__ import annotations
 
-import threading
-import time
 from pathlib import Path
 
-import pytest
-
-from common import tso
-from common.pb import binlog_pb2
-from common.vlog_record import ValuePointer
-from pump.storage import diskguard
-from pump.storage.api import Resolution, Verdict
-from pump.storage.index import ts_key
-from pump.storage.storage import GC_KEEP_TSO, Storage
 from tests.unit.storageutil import (
-    FAST_CHASER,
-    FakeResolver,
     Tso,
     commit,
-    fake,
     open_storage,
-    options,
-    prewrite,
-    pull_upto,
     write,
 )
 
