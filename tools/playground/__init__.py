@@ -43,9 +43,9 @@ from tools.playground.options import (
     Options,
     parse_args,
 )
-from tools.playground.prepare import prepare
 from tools.playground.report import downstream_where, kept_text, summary_text
 from tools.playground.state import DirLock, State, load_state, save_state, stop_recorded
+from tools.playground.workdir import prepare
 from tools.procs import ManagedProcess, ProcessError
 from upstream import Database, Snapshot, Workload, WorkloadOptions, make_workload, run_workload
 
