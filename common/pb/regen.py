@@ -6,6 +6,9 @@ protoc writes sibling imports as `import pump_pb2`; they are rewritten to
 `from common.pb import pump_pb2` so the modules work inside the package.
 The registered proto file names stay `binlog.proto`, `pump.proto`, ... as in
 the original tipb.
+
+protoc comes from grpcio-tools, a package of the dev extra (`pip install 'tidb-binlog-py[dev]'`);
+without it the command fails with one line naming that extra, exit status 1.
 """
 
 from __future__ import annotations
@@ -15,8 +18,9 @@ import re
 import sys
 from pathlib import Path
 
-from grpc_tools import protoc
+from common.cli import MissingExtraError, fail, import_extra
 
+PROG = "common.pb.regen"
 ROOT = Path(__file__).resolve().parents[2]
 PROTO_DIR = ROOT / "proto"
 PB_DIR = Path(__file__).resolve().parent
@@ -32,7 +36,11 @@ _SIBLING_IMPORT = re.compile(r"^import (\w+_pb2) as (\w+)$", re.MULTILINE)
 
 
 def generate(out_dir: Path) -> list[Path]:
-    """Generate every module into out_dir and return the files written."""
+    """Generate every module into out_dir and return the files written.
+
+    MissingExtraError when grpcio-tools (the dev extra) is not installed.
+    """
+    protoc = import_extra("grpc_tools.protoc", "grpcio-tools", "dev")
     out_dir.mkdir(parents=True, exist_ok=True)
     for name in PROTOS:
         args = [
@@ -58,7 +66,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--out", type=Path, default=PB_DIR, help="output directory (default: common/pb)")
     args = parser.parse_args(argv)
-    for path in generate(args.out):
+    try:
+        written = generate(args.out)
+    except MissingExtraError as exc:
+        return fail(PROG, str(exc), 1)
+    for path in written:
         print(path)
     return 0
 

