@@ -154,7 +154,8 @@ def test_the_build_stage_wheel_installs_every_console_script(tmp_path: Path) -> 
     assert scripts == PYPROJECT["project"]["scripts"]
     for target in scripts.values():
         module = target.partition(":")[0]
-        assert f"{module.replace('.', '/')}.py" in names, f"{module} is not in the wheel"
+        path = module.replace(".", "/")
+        assert f"{path}.py" in names or f"{path}/__init__.py" in names, f"{module} is not in the wheel"
     assert "common/pb/binlog_pb2.py" in names  # generated code ships too
     with zipfile.ZipFile(wheel) as zf:
         metadata = zf.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode().splitlines()
