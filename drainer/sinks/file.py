@@ -1,10 +1,11 @@
 """File sink (`db-type = "file"` / `"pb"`): every transaction as one `pb_binlog.Binlog` record, for reparo.
 
-Files: binlogfile framing and names (wire-formats §4c, `common.binlogfile`) in `[syncer.to] dir`, rotated
-after the record that takes a file to `max_file_size` (512 MiB); `retention-time` days > 0 deletes the
-oldest files whose mtime is older than that (never the file being written), at start and every hour.
+Files: binlogfile framing and names (docs/formats.md#binlogfile-framing, `common.binlogfile`) in
+`[syncer.to] dir`, rotated after the record that takes a file to `max_file_size` (512 MiB);
+`retention-time` days > 0 deletes the oldest files whose mtime is older than that (never the file being
+written), at start and every hour.
 
-Record payload (wire-formats §4b, the original's `translator/pb.go`):
+Record payload (docs/formats.md#pb-binlog-files, the original's `translator/pb.go`):
 
     DML  Binlog{tp=DML, commit_ts, dml_data{events: one Event per row change, in order}}
          Event{schema_name, table_name, tp=Insert|Update|Delete, row: one marshaled `column` per column}
