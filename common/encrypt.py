@@ -1,4 +1,6 @@
-"""Encrypted passwords in configs (`encrypted_password`), as the original's `pkg/encrypt` (reference §4.2).
+"""Encrypted passwords in configs (`encrypted_password`), as the original's `pkg/encrypt`.
+
+Layout: docs/formats.md#encrypted-passwords.
 
 Layout of an encrypted text:
 

@@ -1,4 +1,4 @@
-"""Which binlogs, tables, rows and DDLs the drainer replicates (reference §3.10); pure, no I/O.
+"""Which binlogs, tables, rows and DDLs the drainer replicates (docs/architecture.md#filters); pure, no I/O.
 
 Table filter (`skip_table`; `skip_schema` for database-level DDLs), as the original's `pkg/filter`:
 

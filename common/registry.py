@@ -1,4 +1,4 @@
-"""Node registry in etcd: pump and drainer status (DESIGN §3).
+"""Node registry in etcd: pump and drainer status (docs/formats.md#registry-status).
 
 Keys:   /tidb-binlog/v1/pumps/<nodeID>   /tidb-binlog/v1/drainers/<nodeID>
         (no lease: liveness is `state` + `updateTS`, as in the original)

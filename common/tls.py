@@ -1,6 +1,6 @@
 """TLS for every connection of a node: `[security] ssl-ca / ssl-cert / ssl-key / cert-allowed-cn`.
 
-As the original (reference §1.8), one `[security]` section serves every role of a process: the
+As the original (docs/architecture.md#configuration), one `[security]` section serves every role of a process: the
 gRPC server (pump, drainer's Cistern, pd-server), its gRPC clients (drainer -> pump PullBinlogs,
 pump -> drainer Notify, pump client -> pump, TSO client -> pd-server), the etcd client and the HTTP
 status server.  `TLS.load` reads and checks the three PEM files once; everything else is built from

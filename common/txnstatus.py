@@ -1,4 +1,4 @@
-"""Transaction status: our stand-in for TiKV's lock resolver (DESIGN §4).
+"""Transaction status: our stand-in for TiKV's lock resolver (docs/formats.md#status-rows).
 
 The upstream writer keeps one row per transaction in its own store (an sqlite
 file or a MySQL database), in the same storage transaction as its data.  The

@@ -1,6 +1,6 @@
 """`DrainerApp`: builds and wires one drainer (checkpoint, schema, merger, collector, syncer, sink, servers).
 
-Start-up (`start()`), reference §3.1:
+Start-up (`start()`, docs/architecture.md#drainer):
     etcd + TSO client, cluster id -> node id -> checkpoint loaded (none: `initial-commit-ts`, -1 = a
     fresh TSO); a checkpoint or initial-commit-ts beyond the present is refused (drainer/start_check.py)
     -> schema from the DDL history up to the checkpoint's schema version -> merger at

@@ -1,4 +1,4 @@
-"""Causality: which DMLs must run on the same worker, in order (pure; DESIGN §5, reference §3.6).
+"""Causality: which DMLs must run on the same worker, in order (pure; docs/architecture.md#loader-and-causality).
 
 Every DML gets keys that name the rows it touches:
 

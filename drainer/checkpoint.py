@@ -1,4 +1,4 @@
-"""Drainer checkpoint: all binlogs with commit_ts <= commitTS are applied downstream (wire-formats §5).
+"""Drainer checkpoint: all binlogs with commit_ts <= commitTS are applied downstream (docs/formats.md#checkpoint).
 
 Stores (`make_checkpoint` picks one from `[syncer] db-type` and `[syncer.to.checkpoint] type`):
 

@@ -1,4 +1,4 @@
-"""gRPC `binlog.Cistern`, the drainer's service (reference §3.12, wire-formats §3).
+"""gRPC `binlog.Cistern`, the drainer's service (docs/formats.md#cistern-notify).
 
 Only `Notify` works: a new pump calls it on every online drainer before it serves, and it returns only
 after the collector re-read the pump list, so the pump is part of the merge by then.  If the refresh

@@ -1,4 +1,6 @@
-"""Pump discovery: keep one `Puller` and one merge source per pump in the registry (reference §3.2).
+"""Pump discovery: keep one `Puller` and one merge source per pump in the registry.
+
+See docs/architecture.md#collector-and-pullers.
 
 `refresh()` lists `/tidb-binlog/v1/pumps` and applies each pump's state:
 

@@ -1,8 +1,9 @@
-"""drainer configuration: defaults < drainer.toml < DRAINER_* environment < flags (reference §3.11).
+"""drainer configuration: defaults < drainer.toml < DRAINER_* environment < flags (docs/architecture.md#configuration).
 
 Keys are the original `drainer.toml` ones (`[syncer]` lives in `config_syncer`), plus a few of ours:
 
-    status-addr              HTTP status / metrics address (grpcio cannot share a port with HTTP/1.1, DESIGN §4)
+    status-addr              HTTP status / metrics address (grpcio cannot share a port with HTTP/1.1,
+                             docs/architecture.md#ports)
     heartbeat-interval       status updates in etcd (original: fixed 1 s)
     [syncer] safe-mode-duration, max-inflight-bytes, [[syncer.event-filter]], db-type = "sqlite",
     [syncer.to] path

@@ -1,6 +1,6 @@
 """The `[syncer]` part of drainer.toml: filters, downstream (`[syncer.to]`), checkpoint, relay log.
 
-Key names and defaults are the original's (reference §3.11), plus ours:
+Key names and defaults are the original's (docs/architecture.md#configuration), plus ours:
 
     [syncer] safe-mode-duration   how long safe mode is forced on after every start (original: fixed 5 min)
     [syncer] max-inflight-bytes   bytes of decoded DMLs between translation and their success downstream
@@ -34,8 +34,8 @@ DEFAULT_WORKER_COUNT: Final = 16
 DEFAULT_SAFE_MODE_DURATION: Final = 300.0
 """Ours: the original forces safe mode for a fixed 5 minutes after start."""
 DEFAULT_MAX_INFLIGHT_BYTES: Final = 16 * 1024**2
-"""Ours: memory is bounded by bytes (DESIGN §5); the original counted binlogs (cache-binlog-count = 8).  Bytes
-of decoded DMLs as Python objects (`common.events.dml_memory`), not of binlogs."""
+"""Ours: memory is bounded by bytes (docs/architecture.md#byte-budgets); the original counted binlogs
+(cache-binlog-count = 8).  Bytes of decoded DMLs as Python objects (`common.events.dml_memory`), not of binlogs."""
 DEFAULT_IGNORE_SCHEMAS: Final = "INFORMATION_SCHEMA,PERFORMANCE_SCHEMA,mysql"
 DEFAULT_RELAY_MAX_FILE_SIZE: Final = 10_485_760
 DEFAULT_TO_HOST: Final = "localhost"

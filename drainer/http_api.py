@@ -1,4 +1,4 @@
-"""The drainer's HTTP API on `status-addr` (reference §3.1; DESIGN §4).
+"""The drainer's HTTP API on `status-addr` (docs/architecture.md#http-api).
 
     GET /status      {"PumpPos": {nodeID: last commit_ts received}, "Synced": bool, "LastTS": checkpoint ts,
                       "TsMap": ""}

@@ -1,4 +1,4 @@
-"""The loader: translated transactions -> parallel downstream transactions (reference §3.6).
+"""The loader: translated transactions -> parallel downstream transactions (docs/architecture.md#loader-and-causality).
 
     add(txn) ─► [input queue] ─► coordinator ─► per-worker queues ─► worker i: Executor i
                  byte budget      accumulate,                          chunks of txn_batch DMLs,

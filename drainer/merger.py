@@ -1,4 +1,4 @@
-"""Merge the pumps' binlog streams into one stream in commit_ts order (reference §3.3).
+"""Merge the pumps' binlog streams into one stream in commit_ts order (docs/architecture.md#merger).
 
 Each pump is a *source* whose binlogs arrive in ascending commit_ts.  The merge emits the smallest
 head across all sources, and only when **every** source has a head: a source with nothing buffered
@@ -14,7 +14,7 @@ happen).  Both are counted.
 
 `MergeCore` is the pure algorithm (a min-heap of heads, no threads).  `Merger` wraps it for
 threads: one puller per source calls `put`, one consumer calls `get`.  Each source's buffered
-binlogs (its head included) are bounded by bytes, not counts (DESIGN §5): `put` blocks while the
+binlogs (its head included) are bounded by bytes, not counts (docs/architecture.md#byte-budgets): `put` blocks while the
 source holds more than `max_bytes_per_source`, but always admits one binlog into an empty buffer
 so a binlog larger than the budget still passes, alone.  `wait_room` lets a puller wait for room
 *before* it receives the next binlog, so a source never holds more than its budget plus the one

@@ -1,4 +1,4 @@
-"""Prometheus metrics of the drainer, on a private registry per `DrainerMetrics` (reference §6).
+"""Prometheus metrics of the drainer, on a private registry per `DrainerMetrics` (docs/architecture.md#metrics).
 
 Names, types, labels and buckets are the original's; prometheus_client exposes a counter `x` as `x_total`.
 

@@ -1,4 +1,6 @@
-"""One pump's binlog stream into the merger (reference §3.2, `drainer/pump.go`).
+"""One pump's binlog stream into the merger (the original's `drainer/pump.go`).
+
+See docs/architecture.md#collector-and-pullers.
 
 A `Puller` owns a thread that calls `binlog.Pump/PullBinlogs{clusterID, startFrom.offset = last_ts}`
 and hands each binlog to `Merger.put` under the pump's node id.  `last_ts` is the highest commit_ts

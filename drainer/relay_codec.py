@@ -1,4 +1,4 @@
-"""Relay log records: a drainer transaction as `slave.binlog.Binlog` (wire-formats §4a) and back (pure).
+"""Relay log records: a drainer transaction as `slave.binlog.Binlog` (docs/formats.md#relay-records) and back (pure).
 
 The relay log must be readable with nothing but itself: when the upstream (etcd, pd-server) is gone,
 the drainer rebuilds every transaction from its records alone.  So each record carries, per table,

@@ -1,6 +1,6 @@
-"""The drainer's schema: DDL history jobs applied in schema-version order (reference §3.4 "schema.go").
+"""The drainer's schema: DDL history jobs applied in schema-version order (docs/architecture.md#syncer-and-schema).
 
-    history (etcd /tidb/ddl/history/, DESIGN §4) ─► JobSource ─► DrainerSchema
+    history (etcd /tidb/ddl/history/, docs/formats.md#ddl-history) ─► JobSource ─► DrainerSchema
         load(checkpoint schema version)    apply every job up to it; later ones stay pending
         apply_upto(pv.schema_version)      a DML needs a newer schema: apply pending jobs (refetch if unknown)
         handle_ddl(job_id, commit_ts)      a DDL binlog: fetch its job (waiting for it), apply, return a DDL event

@@ -1,6 +1,6 @@
 """The syncer: merged binlogs -> schema, filters, translation -> sink; checkpoint cadence; safe mode.
 
-One thread takes binlogs from the merger in commit_ts order (reference §3.4):
+One thread takes binlogs from the merger in commit_ts order (docs/architecture.md#syncer-and-schema):
 
 * ``ignore-txn-commit-ts`` and fake binlogs become empty txns: nothing to execute, but the
   sink reports them in order, so the checkpoint keeps moving on an idle cluster.

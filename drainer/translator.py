@@ -1,4 +1,4 @@
-"""Binlog -> row events (reference §3.4 "DML", wire-formats §1 and §7.2), pure: no I/O.
+"""Binlog -> row events (docs/formats.md#prewritevalue-and-tablemutation, docs/formats.md#row-format), pure: no I/O.
 
 A Commit binlog carries a marshaled ``PrewriteValue``: the transaction's schema version and one
 ``TableMutation`` per table, whose ``sequence`` orders its rows::

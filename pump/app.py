@@ -1,6 +1,6 @@
 """`PumpApp`: builds and wires one pump (storage, resolver, registry node, gRPC, HTTP, background).
 
-Start-up (`start()`), reference §1.7:
+Start-up (`start()`, docs/architecture.md#pump-node-states):
     `[security]` loaded (TLS for etcd, pd-server, drainers' Notify, gRPC and HTTP, or none)
     -> etcd + TSO client, cluster id -> node id -> resolver (None without `[upstream] txn-status-dsn`: the
     storage then skips resolve passes; warned once) -> metrics -> storage (reporting to the metrics'

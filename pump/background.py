@@ -1,4 +1,4 @@
-"""The pump's background work (reference §1.6): fake binlogs, GC, and the drainer purge warning.
+"""The pump's background work (docs/architecture.md#pump): fake binlogs, GC, and the drainer purge warning.
 
 * Fake binlog: after `gen-binlog-interval` (3 s) without a stored WriteBinlog or fake binlog, take a
   TSO from pd-server and write `Binlog{tp: Rollback, start_ts: ts, commit_ts: ts}` through

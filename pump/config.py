@@ -1,9 +1,9 @@
-"""pump configuration: defaults < pump.toml < PUMP_* environment < flags (reference §1.8).
+"""pump configuration: defaults < pump.toml < PUMP_* environment < flags (docs/architecture.md#configuration).
 
 Keys are the original `pump.toml` ones, plus a few of ours:
 
     status-addr              HTTP status / metrics address. grpcio cannot share a port with HTTP/1.1,
-                             so the original's single cmux port becomes two (DESIGN §4).
+                             so the original's single cmux port becomes two (docs/architecture.md#ports).
     [storage] value-log-file-size, resolve-interval, max-txn-timeout
     [storage] max-inflight-write-bytes  WriteBinlog payload bytes held between arrival and the
                              storage's return (default 256 MiB; one larger payload is admitted alone)

@@ -1,4 +1,4 @@
-"""The pump's HTTP API on `status-addr` (reference §1.9; DESIGN §4).
+"""The pump's HTTP API on `status-addr` (docs/architecture.md#http-api).
 
     GET  /status                 {"status": {nodeID: NodeStatus JSON as in etcd, ...}, "CommitTS": <fresh TSO>,
                                   "Checkpoint": {storage status}, "ErrMsg": ""}   (ErrMsg set if part failed)

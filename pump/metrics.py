@@ -1,4 +1,4 @@
-"""Prometheus metrics of the pump server, on a private registry per `PumpMetrics` (reference §6).
+"""Prometheus metrics of the pump server, on a private registry per `PumpMetrics` (docs/architecture.md#metrics).
 
 Names are the original ones.  prometheus_client exposes a counter `x` as the sample `x_total` (the
 OpenMetrics rule; Go's client does not add the suffix), so `binlog_pump_loss_binlog_count` is scraped as
@@ -50,7 +50,7 @@ the original registered it under the drainer subsystem by mistake, as
 `binlog_drainer_slow_chaser_catchup_time_seconds`, although only the pump records it.
 
 `query_tikv_count` keeps the original's name: there is no TiKV here, it counts the commit resolver's
-questions to the upstream's txn-status store (DESIGN §4), the same role.
+questions to the upstream's txn-status store (docs/architecture.md#transaction-status), the same role.
 
 The storage gauges `binlog_pump_storage_max_commit_ts`, `binlog_pump_storage_gc_ts` (physical ms of the
 TSO, as the original), `binlog_pump_storage_storage_size_bytes{type=capacity|available}` and

@@ -1,6 +1,6 @@
 """The pump as a registry node: node id, registration, heartbeat, Notify, state changes, offline wait.
 
-States (reference §1.7) and the transitions this pump makes locally:
+States (docs/architecture.md#pump-node-states) and the transitions this pump makes locally:
 
     OFFLINE --start--> ONLINE            (local state before registering is OFFLINE: nothing served)
     ONLINE  --pause--> PAUSING --closed--> PAUSED        PUT /state/<id>/pause, SIGTERM, SIGINT
@@ -354,7 +354,7 @@ def wait_safe_to_offline(
     abort: threading.Event,
     interval: float = OFFLINE_CHECK_INTERVAL,
 ) -> bool:
-    """Block until no drainer needs anything more from this pump (reference §1.7 waitSafeToOffline).
+    """Block until no drainer needs anything more from this pump (the original's waitSafeToOffline).
 
     1. write a fake binlog (retried every `interval`);
     2. wait until every prewrite is matched and the watermark reached the fake binlog;

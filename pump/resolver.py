@@ -1,4 +1,6 @@
-"""Commit resolvers: the fate of a prewrite whose commit binlog has not arrived (DESIGN §4, §5).
+"""Commit resolvers: the fate of a prewrite whose commit binlog has not arrived.
+
+See docs/architecture.md#transaction-status.
 
 `TxnStatusResolver` asks the upstream's txn-status store (common/txnstatus.py):
 

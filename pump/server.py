@@ -1,4 +1,6 @@
-"""gRPC `binlog.Pump` over a `PumpStorage`: WriteBinlog and PullBinlogs (reference §1.4, §1.5).
+"""gRPC `binlog.Pump` over a `PumpStorage`: WriteBinlog and PullBinlogs.
+
+Contracts: docs/formats.md#writebinlog, docs/formats.md#pullbinlogs.
 
 Errors.  The original returns BOTH `WriteBinlogResp.errmsg` and a non-nil Go error, so its clients see a
 gRPC error status and treat `err != nil || errmsg != ""` as failure.  grpcio cannot send a response

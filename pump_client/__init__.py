@@ -1,4 +1,4 @@
-"""The pump client: send binlogs to the pump cluster registered in etcd (reference §2).
+"""The pump client: send binlogs to the pump cluster registered in etcd (docs/architecture.md#pump-client).
 
 from pump_client import PumpsClient
 client = PumpsClient("http://127.0.0.1:2379", strategy="range")

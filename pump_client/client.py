@@ -1,4 +1,4 @@
-"""`PumpsClient`: sends binlogs to the pump cluster (reference §2, with the changes listed below).
+"""`PumpsClient`: sends binlogs to the pump cluster (docs/architecture.md#pump-client; changes from the original below).
 
 Construction: etcd (`etcd_urls`, like TiDB's pd-urls) -> cluster id (`/pd/cluster_id`) -> list
 `/tidb-binlog/v1/pumps` (NoPumpError if none) -> watch that prefix (survives etcd restarts) -> start the

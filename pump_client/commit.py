@@ -1,4 +1,4 @@
-"""Delivery of one commit or rollback binlog to the pump that took its prewrite (reference §2).
+"""Delivery of one commit or rollback binlog to the pump that took its prewrite (docs/architecture.md#pump-client).
 
 `CommitJob.step()` makes one attempt and says what next: None when finished (delivered, or given up
 after `commit_timeout`, or the pump left the registry), else the seconds until the next attempt

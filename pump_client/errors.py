@@ -11,7 +11,7 @@
       ClientClosedError      the client is closed
       BinlogTooLargeError    a prewrite larger than max_message_size: refused before sending
 
-Commit and rollback binlogs never raise: the pump's resolver fills the gap (reference §2).
+Commit and rollback binlogs never raise: the pump's resolver fills the gap (docs/architecture.md#transaction-status).
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ Probes (empty payloads) are not counted.  `writes(node_id)`, `failures(node_id)`
 and `given_up(kind)` read the values back (for tests and logs).
 
 The client runs inside the writer's commit path, so a pump's three children are bound on its first
-call and kept (`_children`), never looked up per binlog.  Reference §6 lists no client series (the
-original's live in TiDB); these names are ours.
+call and kept (`_children`), never looked up per binlog.  The original's metrics list has no client
+series (they live in TiDB); these names are ours.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Retry decisions of the pump client (pure: values in, decisions out), reference §2.
+"""Retry decisions of the pump client (pure: values in, decisions out), docs/architecture.md#pump-client.
 
 Prewrite (tp = Prewrite):
     loop: select a pump (re-selected on every retry) and send; on an error

@@ -1,4 +1,4 @@
-"""Two-phase commit with binlog, as TiDB does it (wire-formats §1, DESIGN §4).
+"""Two-phase commit with binlog, as TiDB does it (docs/architecture.md#commit-protocol).
 
     1. at once, concurrently:
          P-binlog -> pump (through the client, on a prewrite thread; the longest leg, sent first)

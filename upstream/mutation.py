@@ -1,8 +1,8 @@
 """Row changes of one transaction captured as TiDB does, into ``PrewriteValue`` (pure).
 
 Per table one ``TableMutation``; every change appends its encoded row to the slot of its
-kind and its kind to ``sequence``, in execution order, without merging (wire-formats §1,
-§7.2).  So insert, insert, update, update, delete, insert on one table gives
+kind and its kind to ``sequence``, in execution order, without merging (docs/formats.md#prewritevalue-and-tablemutation,
+docs/formats.md#row-format).  So insert, insert, update, update, delete, insert on one table gives
 ``inserted_rows=[i1, i2, i3]``, ``updated_rows=[u1, u2]``, ``deleted_rows=[d1]`` and
 ``sequence=[Insert, Insert, Update, Update, DeleteRow, Insert]``.
 
@@ -78,7 +78,7 @@ Pieces = tuple[bytes, ...]
 """Byte strings that, joined, are one encoded value; large byte values stay the caller's objects."""
 BIG_VALUE = 64 << 10
 """A bytes column value at least this long is referenced by the log, not copied into its row bytes."""
-_COMPACT_BYTES = b"\x02"  # datum flag of a bytes value: 02 ‖ zigzag varint(len) ‖ bytes (wire-formats §7)
+_COMPACT_BYTES = b"\x02"  # datum flag of a bytes value: 02 ‖ zigzag varint(len) ‖ bytes (docs/formats.md#datum-flags)
 
 
 def row_pieces(prefix: bytes, rows: Sequence[tuple[Sequence[int], Sequence[Datum]]]) -> Pieces:

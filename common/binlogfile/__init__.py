@@ -1,4 +1,4 @@
-"""Binlog files: framed records in `binlog-<index>-<datetime>` files (wire-formats.md §4c).
+"""Binlog files: framed records in `binlog-<index>-<datetime>` files (docs/formats.md#binlogfile-names).
 
 `record` is the pure framing (encode, incremental decode with resynchronisation), `names` the file
 names and directory listing, `writer` the appending writer, `reader` the streaming reader.

@@ -1,4 +1,4 @@
-"""Metrics of binlog files (`binlog_binlogfile_*`, reference §6): one set per process.
+"""Metrics of binlog files (`binlog_binlogfile_*`, docs/architecture.md#metrics): one set per process.
 
     binlog_binlogfile_write_binlog_size{label="local"}           histogram exp(16, 2, 20): bytes of one
                                                                  record's payload, per record written
@@ -17,7 +17,7 @@
                                                                  counted (as the original)
 
 Names, buckets and the label are the original's (`pkg/binlogfile/metrics.go`: the label is called
-`label` and its one value is `local`; reference §6 writes it as `type`).  The original observed the
+`label` and its one value is `local`; the original's metrics docs write it as `type`).  The original observed the
 read time per record; ours reads a chunk at a time, so one observation covers the records of a chunk.
 prometheus_client exposes the counter as `binlog_binlogfile_corruption_binlog_count_total`.
 

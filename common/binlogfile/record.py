@@ -1,6 +1,6 @@
 """Record framing of binlog files (pure: bytes in, bytes / events out; no I/O).
 
-Layout of one record (wire-formats.md §4c, upstream `pkg/binlogfile`), 16 bytes of overhead:
+Layout of one record (docs/formats.md#binlogfile-framing, the original's `pkg/binlogfile`), 16 bytes of overhead:
 
     offset  size  field
     0       4     magic    u32 little-endian 0x1C1B0504  -> bytes 04 05 1b 1c

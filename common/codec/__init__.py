@@ -1,4 +1,4 @@
-"""The TiDB datum codec used inside binlog rows (wire-formats §7), pure functions only.
+"""The TiDB datum codec used inside binlog rows (docs/formats.md#datum-codec), pure functions only.
 
 Modules, each starting with the byte layout it implements:
 

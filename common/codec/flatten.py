@@ -1,6 +1,6 @@
 """Column types and TiDB's ``flatten`` (Python value -> row datum) / ``unflatten`` (datum -> value).
 
-What a column value becomes inside a binlog row (wire-formats §7.3):
+What a column value becomes inside a binlog row (docs/formats.md#flatten):
 
 =========================================  ====================  ==============================
 column type                                datum                 Python value (unflatten)

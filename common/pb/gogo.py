@@ -6,7 +6,7 @@ The original Go code marshals `binlog.Binlog`, `binlog.PrewriteValue`, `binlog.T
 writes the bytes directly.  Parsing needs nothing special: use the generated classes
 (`binlog_pb2.Binlog.FromString`), which accept everything written here and the packed form too.
 
-Byte rules (wire-formats.md §1, §2):
+Byte rules (docs/formats.md#gogo-encoding):
 
 * Every tag here is one byte, ``(field_number << 3) | wire_type``: varint = 0, length-delimited = 2.
   A length-delimited field is ``tag ‖ uvarint(len) ‖ bytes``.

@@ -1,4 +1,4 @@
-"""DDL history and schema meta in etcd (DESIGN §4, our stand-in for TiKV meta).
+"""DDL history and schema meta in etcd (docs/formats.md#ddl-history; our stand-in for TiKV meta).
 
 Keys:
     /tidb/ddl/history/<job_id, 20 digits>   a finished job, JSON (common.schema.model)

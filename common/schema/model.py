@@ -1,4 +1,4 @@
-"""Schema objects and DDL jobs as stored in the DDL history (DESIGN §4), pure values only.
+"""Schema objects and DDL jobs as stored in the DDL history (docs/formats.md#ddl-history), pure values only.
 
 The upstream writer stores every DDL job as JSON at ``/tidb/ddl/history/<job_id, 20 digits>``;
 the drainer rebuilds its schema from that history.  This module is the one definition of

@@ -31,7 +31,7 @@ DEFAULT_PROBES: Final = {
     "pd-server": ("pd", "127.0.0.1:2390"),
     "etcd": ("http", "http://127.0.0.1:2379/health"),
 }
-"""Probes by command, on the default addresses (DESIGN §4)."""
+"""Probes by command, on the default addresses (docs/architecture.md#ports)."""
 
 
 class UnhealthyError(Exception):

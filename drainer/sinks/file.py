@@ -1,10 +1,12 @@
 """File sink (`db-type = "file"` / `"pb"`): every transaction as one `pb_binlog.Binlog` record, for reparo.
 
-Files: binlogfile framing and names (wire-formats §4c, `common.binlogfile`) in `[syncer.to] dir`, rotated
-after the record that takes a file to `max_file_size` (512 MiB); `retention-time` days > 0 deletes the
-oldest files whose mtime is older than that (never the file being written), at start and every hour.
+Files: binlogfile framing and names (docs/formats.md#binlogfile-framing, `common.binlogfile`) in
+`[syncer.to] dir`, rotated after the record that takes a file to `max_file_size` (512 MiB);
+`retention-time` days > 0 deletes the oldest files whose mtime is older than that (never the file being
+written), at start and every hour.
 
-Record payload: one `pb_binlog.Binlog` per transaction, encoded by :mod:`common.pbfile`.
+Record payload: one `pb_binlog.Binlog` per transaction (docs/formats.md#pb-binlog-files), encoded by
+:mod:`common.pbfile`.
 
 Nothing is written for an empty transaction (fake binlog, everything filtered) or a DDL with `skip` set;
 they are still reported, in order. A transaction is reported once its record is written and fsynced:

@@ -1,6 +1,6 @@
 """The MySQL sink: transactions -> a MySQL/MariaDB/TiDB downstream through the :class:`Loader` (pymysql).
 
-Sessions (reference §3.5): ``charset utf8mb4``, autocommit off, multi-statements on,
+Sessions (docs/architecture.md#sinks): ``charset utf8mb4``, autocommit off, multi-statements on,
 ``read_timeout``, ``time_zone = '+00:00'`` unless ``params`` sets ``time_zone`` (an offset or a
 zone name; TIMESTAMP values are then sent as that zone's wall clock; ``SYSTEM`` is refused), the optional
 ``sql_mode``, then every ``params`` entry as ``SET SESSION name = value`` (a number or a quoted

@@ -146,7 +146,7 @@ class PumpStorage(Protocol):
 
 
 class StorageObserver(Protocol):
-    """Hooks through which the storage reports what the original's metrics measure (reference §6).
+    """Hooks through which the storage reports what the original's metrics measure (docs/architecture.md#metrics).
 
     The pump's metrics module implements it; every method must be cheap and must not raise.
     """

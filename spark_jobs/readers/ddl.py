@@ -1,6 +1,6 @@
 """The DDL history a job decodes rows with: from etcd, or from a JSON export file.
 
-The upstream writer keeps every DDL job at `/tidb/ddl/history/<job_id>` in etcd (DESIGN §4,
+The upstream writer keeps every DDL job at `/tidb/ddl/history/<job_id>` in etcd (docs/formats.md#ddl-history,
 `common.schema.history`).  A replay on a cluster without access to that etcd reads an export instead,
 written by `binlog-spark export-ddl --pd-urls URL --out FILE`:
 

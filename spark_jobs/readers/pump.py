@@ -5,7 +5,7 @@ A pump data directory holds `value/NNNNNN.vlog` files (framing in `common/vlog_r
 Every vlog file is cut into ranges of `split_size` bytes (`ranges.py`) that tasks scan on their own,
 so a 500 MB file is read by several tasks and never held whole by one Python process.
 
-A record is a marshaled tipb `binlog.Binlog` (wire-formats §1): a Prewrite carries the mutations, its
+A record is a marshaled tipb `binlog.Binlog` (docs/formats.md#tipb-binlog): a Prewrite carries the mutations, its
 Commit (same pump, same start_ts) the commit_ts; a Rollback drops the transaction, and a Rollback with
 start_ts == commit_ts is the pump's fake (heartbeat) binlog.  `binlog_records` gives one row per
 record, with the binlog's small fields only:

@@ -1,4 +1,4 @@
-"""Find a MySQL/MariaDB server for tests (DESIGN §6).
+"""Find a MySQL/MariaDB server for tests (docs/architecture.md#testing).
 
 Order: $BINLOG_TEST_MYSQL_DSN, then root@127.0.0.1:3306 if reachable, then a
 private `mariadbd` started in a temp dir if the binary is installed.  If none

@@ -1,1 +1,4 @@
-"""Whole-cluster scenarios (DESIGN §6): a workload runs while something is disturbed, then an audit."""
+"""Whole-cluster scenarios: a workload runs while something is disturbed, then an audit.
+
+See docs/architecture.md#testing.
+"""

@@ -1,4 +1,4 @@
-"""Golden byte vectors of wire-formats.md §7.4-§7.6, both directions."""
+"""Golden byte vectors of docs/formats.md#value-vectors (and its decimal and JSON ones), both directions."""
 
 from __future__ import annotations
 

@@ -78,7 +78,7 @@ def test_golden_column_and_dml_record() -> None:
     binlog = txn_to_pb(Txn(10, dmls=[ins(10, 1, s=s)]))
     assert binlog is not None
     (event,) = binlog.dml_data.events
-    column = "0a0269641201081a06626967696e7422020802"  # wire-formats §4b example
+    column = "0a0269641201081a06626967696e7422020802"  # docs/formats.md#pb-binlog-files example
     assert event.row[0] == bytes.fromhex(column)
     event_bytes = "0a047465737412017418002213" + column  # schema, table, tp=Insert, row
     assert binlog.SerializeToString() == bytes.fromhex("0800100a1a220a20" + event_bytes)

@@ -153,7 +153,7 @@ def test_every_column_type_round_trips() -> None:
 
 
 def test_record_follows_the_original_layout() -> None:
-    """wire-formats §4a: a DML record of test.t(id bigint PRIMARY) inserting 1, plus our time_zone."""
+    """docs/formats.md#relay-records: a DML record of test.t(id bigint PRIMARY) inserting 1, plus our time_zone."""
     s = shape("test", "t", ("id", "bigint"))
     payload = encode_txn(Txn(10, dmls=[ins(10, 1, s=s)]))
     assert payload is not None

@@ -1,4 +1,4 @@
-"""Golden vectors (wire-formats.md §1, §2) and properties of the gogo marshaller."""
+"""Golden vectors (docs/formats.md#gogo-encoding) and properties of the gogo marshaller."""
 
 from __future__ import annotations
 

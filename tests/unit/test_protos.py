@@ -83,7 +83,7 @@ def test_binlog_field_numbers_and_types() -> None:
 
 
 def test_secondary_and_pb_binlog_golden_bytes() -> None:
-    # wire-formats.md §4a example
+    # docs/formats.md#relay-records example
     b = secondary_binlog_pb2.Binlog(type=secondary_binlog_pb2.DML, commit_ts=10)
     table = b.dml_data.tables.add(schema_name="test", table_name="t")
     table.column_info.add(name="id", mysql_type="bigint", is_primary_key=True, flen=20, decimal=0)
@@ -93,7 +93,7 @@ def test_secondary_and_pb_binlog_golden_bytes() -> None:
         "08 00 10 0a 1a 29 0a 27 0a 04 74 65 73 74 12 01 74 1a 12 0a 02 69 64 12 06 62 69 67 69 6e 74 "
         "18 01 20 14 28 00 22 08 08 00 12 04 0a 02 10 01"
     )
-    # wire-formats.md §4b examples
+    # docs/formats.md#pb-binlog-files examples
     col = pb_binlog_pb2.column(name="id", tp=b"\x08", mysql_type="bigint", value=b"\x08\x02")
     assert col.SerializeToString().hex(" ") == "0a 02 69 64 12 01 08 1a 06 62 69 67 69 6e 74 22 02 08 02"
     ddl = pb_binlog_pb2.Binlog(tp=pb_binlog_pb2.DDL, commit_ts=5, ddl_query=b"create database a;")

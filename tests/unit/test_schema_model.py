@@ -1,4 +1,4 @@
-"""DDL job JSON (DESIGN §4) and the InfoSchema built from jobs."""
+"""DDL job JSON (docs/formats.md#ddl-history) and the InfoSchema built from jobs."""
 
 from __future__ import annotations
 

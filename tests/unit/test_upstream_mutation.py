@@ -1,4 +1,4 @@
-"""Row changes captured into TableMutation exactly as TiDB does (wire-formats §1, §7.2)."""
+"""Row changes captured into TableMutation exactly as TiDB does (docs/formats.md#row-format)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """`binlogctl`: list pumps and drainers, change their state, write a drainer savepoint, encrypt a password.
 
-Commands (reference §4.2; options in tools/binlogctl/options.py, output in tools/binlogctl/render.py):
+Commands (docs/architecture.md#tools; options in tools/binlogctl/options.py, output in tools/binlogctl/render.py):
 
     pumps | drainers        the nodes in etcd (`/tidb-binlog/v1/<kind>/<id>`) as a table, or `--json` the
                             stored values; offline nodes only with --show-offline-nodes
@@ -11,7 +11,7 @@ Commands (reference §4.2; options in tools/binlogctl/options.py, output in tool
     pause-* | offline-*  --node-id ID
                             PUT http(s)://<status addr>/state/<ID>/pause|close on the node itself and print
                             its answer. The node's etcd `host` is its gRPC address; its HTTP API is on its
-                            own status-addr (DESIGN §4), found in this order: --status-addr; the node's
+                            own status-addr (docs/architecture.md#ports), found in this order: --status-addr; the node's
                             label `status-addr` (`label.labels`) if it publishes one; for a node on the
                             default gRPC port (pump 8250, drainer 8249), the default status port on the
                             same host (18250, 18249). Otherwise the command says to pass --status-addr
@@ -68,7 +68,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 SAVEPOINT_NAME: Final = "savepoint"
 STATUS_ADDR_LABEL: Final = "status-addr"
 DEFAULT_STATUS_PORTS: Final = {NodeKind.PUMP: (8250, 18250), NodeKind.DRAINER: (8249, 18249)}
-"""(default gRPC port, default status port) of each kind (DESIGN §4)."""
+"""(default gRPC port, default status port) of each kind (docs/architecture.md#ports)."""
 UPDATE_ATTEMPTS: Final = 5
 """Compare-and-put rounds of update-*: a live node's heartbeat may change the value in between."""
 

@@ -1,6 +1,6 @@
 """`binlogctl` command line: both the original's Go flag style and a subcommand style, one parser.
 
-    binlogctl -cmd pumps -pd-urls http://127.0.0.1:2379 -show-offline-nodes        (original, reference §4.2)
+    binlogctl -cmd pumps -pd-urls http://127.0.0.1:2379 -show-offline-nodes        (the original's style)
     binlogctl pumps --pd-urls http://127.0.0.1:2379 --show-offline-nodes          (ours)
 
 Go's flag package takes `-name`, `--name`, `-name=value` and `-name value`, and a bool flag never takes the

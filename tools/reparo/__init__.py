@@ -1,4 +1,6 @@
-"""`reparo`: replays the drainer's file-sink output (pb binlog files) into MySQL, or prints it (reference §4.3).
+"""`reparo`: replays the drainer's file-sink output (pb binlog files) into MySQL, or prints it.
+
+See docs/architecture.md#tools.
 
     reparo --config reparo.toml                   # or the original spelling: reparo -config reparo.toml
     reparo --data-dir data.drainer --start-datetime '2024-05-01 10:00:00' --dest-type print

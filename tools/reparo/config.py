@@ -1,4 +1,4 @@
-"""reparo configuration: defaults < reparo.toml < Reparo_* environment < flags (reference §4.3).
+"""reparo configuration: defaults < reparo.toml < Reparo_* environment < flags (docs/architecture.md#configuration).
 
 Keys are the original `reparo.toml` ones:
 

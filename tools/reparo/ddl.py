@@ -1,6 +1,6 @@
 """A pb binlog's DDL query -> the database it runs in, the bare statement and what it is about (pure).
 
-The file sink writes `ddl_query` as (wire-formats §4b, `common.pbfile.ddl_query_text`):
+The file sink writes `ddl_query` as (docs/formats.md#pb-binlog-files, `common.pbfile.ddl_query_text`):
 
     use `db`; <query>;      a DDL run in schema db (backticks in db doubled)
     <query>;                CREATE DATABASE

@@ -6,7 +6,7 @@ chunks of `txn-batch` rows, safe mode, retries, and DDL errors "exists / does no
 A DDL is a barrier: it runs alone and reparo waits for it before decoding the next binlog, so the
 table keys it asks the downstream for (below) are those after the DDL.
 
-Table keys: pb binlogs carry no key information (wire-formats §4b), so, as the original loader did,
+Table keys: pb binlogs carry no key information (docs/formats.md#pb-binlog-files), so, as the original loader did,
 the primary and unique keys of each table are read from the downstream's information_schema
 (`key_lookup`), once per table until the next DDL. Without a key, rows are found by all their
 columns (`... LIMIT 1`).

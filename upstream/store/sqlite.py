@@ -10,7 +10,7 @@ pending or rolled-back row is not fsynced on its own.  In WAL mode a power loss 
 lose a suffix of such commits, and the next data commit (``synchronous = FULL``) makes every
 earlier one durable, so a lost row belongs to a transaction whose data never committed;
 the pump then finds no row and drops the prewrite once its start_ts is the status-row TTL old
-(:data:`common.txnstatus.DEFAULT_STATUS_ROW_TTL`, DESIGN §5).
+(:data:`common.txnstatus.DEFAULT_STATUS_ROW_TTL`, docs/architecture.md#transaction-status).
 """
 
 from __future__ import annotations
