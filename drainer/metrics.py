@@ -82,8 +82,8 @@ from prometheus_client.registry import Collector
 from common import tso
 from common.binlogfile import metrics as binlogfile_metrics
 from common.errors import CodecError
+from drainer.errors import PullerError
 from drainer.events import DML, DMLType
-from drainer.puller import PullerError
 
 if TYPE_CHECKING:
     from drainer.merger import Merger
