@@ -23,11 +23,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from common.backoff import Backoff
 from common.dsn import parse_dsn
 from common.errors import BinlogError
 from common.etcd import EtcdClient, WatchEvent
@@ -55,6 +55,9 @@ DEFAULT_STORE = "sqlite:upstream.db"
 DEFAULT_LOCK_TTL = 10.0
 """Seconds a pending transaction's lock lives without renewal (TiDB: 3 s with heartbeats)."""
 PREWRITE_THREADS = 64
+RETRY_FIRST_DELAY = 0.004
+"""Seconds `Database.run` waits before its second attempt; each next wait doubles, up to RETRY_MAX_DELAY."""
+RETRY_MAX_DELAY = 0.2
 
 _T = TypeVar("_T")
 
@@ -200,6 +203,7 @@ class Database:
 
     def run(self, body: Callable[[Transaction], _T], *, attempts: int = 10) -> _T:
         """Run `body` in a transaction and commit; retry on retriable errors (conflicts, schema changes)."""
+        backoff = Backoff(RETRY_FIRST_DELAY, 2.0, RETRY_MAX_DELAY)
         for attempt in range(1, attempts + 1):
             txn = self.begin()
             try:
@@ -212,7 +216,7 @@ class Database:
                 if not exc.retriable or attempt == attempts:
                     raise
                 log.debug("start_ts=%s retrying after %s", txn.start_ts, exc)
-                time.sleep(min(0.002 * 2**attempt, 0.2))
+                backoff.wait()
             except BaseException:
                 txn.rollback()
                 raise
