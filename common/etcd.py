@@ -12,7 +12,6 @@ import contextlib
 import functools
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -23,6 +22,7 @@ import etcd3
 import etcd3.exceptions
 import grpc
 
+from common.backoff import Backoff
 from common.errors import ConfigError, EtcdUnavailableError
 from common.tls import TLS, TLSFiles
 
@@ -146,24 +146,19 @@ class EtcdClient:
 
         A set `stop` event ends the retries early (EtcdUnavailableError).
         """
-        deadline = time.monotonic() + (self.retry_for if retry_for is None else retry_for)
-        delay = 0.05
+        backoff = Backoff(0.05, 2.0, 1.0, timeout=self.retry_for if retry_for is None else retry_for, stop=stop)
         while True:
             try:
                 return fn()
             except _ETCD_ERRORS as exc:
-                if self._closed or (stop is not None and stop.is_set()):
+                if self._closed or backoff.stopped():
                     raise EtcdUnavailableError(f"etcd call {what} abandoned: client closed or stopping") from exc
-                if time.monotonic() + delay >= deadline:
+                if backoff.outlasts():
                     raise EtcdUnavailableError(
                         f"etcd at {self.describe} unreachable: {what} failed: {_describe_error(exc)}"
                     ) from exc
-                log.debug("etcd %s failed (%s), retrying in %.2fs", what, _describe_error(exc), delay)
-                if stop is not None:
-                    stop.wait(delay)
-                else:
-                    time.sleep(delay)
-                delay = min(delay * 2, 1.0)
+                log.debug("etcd %s failed (%s), retrying in %.2fs", what, _describe_error(exc), backoff.delay)
+                backoff.wait()  # a set `stop` ends the wait; the next failure then gives up
 
     # -- key/value --------------------------------------------------------
     def get(self, key: str, *, retry_for: float | None = None) -> KeyValue | None:
@@ -319,7 +314,7 @@ class PrefixWatcher:
         return revision
 
     def _run(self) -> None:
-        delay = 0.1
+        backoff = Backoff(0.1, 2.0, 2.0, stop=self._stop)
         while not self._stop.is_set():
             try:
                 revision = self._resync()
@@ -332,7 +327,7 @@ class PrefixWatcher:
                 if self._stop.is_set():
                     cancel()
                     return
-                delay = 0.1
+                backoff.reset()
                 for response in it:
                     for ev in response.events:
                         self._apply(ev)
@@ -342,10 +337,9 @@ class PrefixWatcher:
             except _WATCH_ERRORS as exc:
                 if self._stop.is_set():
                     return
-                log.warning("etcd watch on %s broke (%s); re-listing in %.1fs", self._prefix, exc, delay)
+                log.warning("etcd watch on %s broke (%s); re-listing in %.1fs", self._prefix, exc, backoff.delay)
             self.restarts += 1
-            self._stop.wait(delay)
-            delay = min(delay * 2, 2.0)
+            backoff.wait()
 
     def _watch_from(self, revision: int) -> tuple[Iterator[Any], Callable[[], None]]:
         return self._client._raw_watch(self._prefix, revision)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from common.backoff import Backoff, WaitTimeoutError, poll_until
 from common.errors import ClusterIDMismatchError, TSOError, UnavailableError
 from common.etcd import EtcdClient
 from common.pb import pd_pb2, pd_pb2_grpc
@@ -65,6 +66,20 @@ def read_cluster_id(etcd: EtcdClient) -> int | None:
         return int(kv.value.decode())
     except ValueError as exc:
         raise TSOError(f"{CLUSTER_ID_KEY} holds {kv.value!r}, not a decimal cluster id") from exc
+
+
+CLUSTER_ID_POLL_INTERVAL = 0.1
+"""Seconds between two reads of /pd/cluster_id while waiting for pd-server to publish it."""
+
+
+def wait_cluster_id(etcd: EtcdClient, timeout: float) -> int:
+    """The cluster id at /pd/cluster_id, read every 0.1 s until pd-server has published it.
+
+    WaitTimeoutError (common.backoff) when it is still missing `timeout` seconds after the first read (each
+    caller says it in its own words); TSOError for a value that is not a cluster id."""
+    return poll_until(
+        lambda: read_cluster_id(etcd), timeout, CLUSTER_ID_POLL_INTERVAL, what=f"the cluster id at {CLUSTER_ID_KEY}"
+    )
 
 
 def read_window_upper(etcd: EtcdClient) -> int | None:
@@ -124,14 +139,10 @@ class TSOClient:
     @property
     def cluster_id(self) -> int:
         """The cluster id (waits for pd-server to publish it, up to the timeout)."""
-        deadline = time.monotonic() + self._timeout
-        while True:
-            cid = read_cluster_id(self._etcd)
-            if cid is not None:
-                return cid
-            if time.monotonic() > deadline:
-                raise UnavailableError(f"no cluster id at {CLUSTER_ID_KEY}: is pd-server running?")
-            time.sleep(0.1)
+        try:
+            return wait_cluster_id(self._etcd, self._timeout)
+        except WaitTimeoutError:
+            raise UnavailableError(f"no cluster id at {CLUSTER_ID_KEY}: is pd-server running?") from None
 
     def get_ts(self, timeout: float | None = None) -> int:
         """One fresh timestamp, greater than any obtained before it returned."""
@@ -178,7 +189,7 @@ class TSOClient:
             w.done.set()
 
     def _serve(self, batch: list[_Waiter]) -> None:
-        delay = 0.05
+        backoff = Backoff(0.05, 2.0, 0.5)
         last_error: Exception | None = None
         while batch:
             now = time.monotonic()
@@ -210,8 +221,7 @@ class TSOClient:
                 if closed:
                     self._fail(batch, TSOError("TSO client is closed"))
                     return
-                time.sleep(min(delay, max(0.0, remaining)))
-                delay = min(delay * 2, 0.5)
+                backoff.wait(limit=max(0.0, remaining))
                 continue
             if self._failing_since is not None:
                 log.info(

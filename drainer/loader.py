@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Protocol
 
+from common.backoff import Backoff
 from common.events import DDL, DML, Txn, dml_memory
 from drainer.causality import Causality, dml_keys, worker_of
 from drainer.sinks.base import OnSuccess, Sink, SinkError
@@ -500,7 +501,7 @@ class Loader:
         executor.execute_ddl(ddl, commit_ts)
 
     def _retry(self, fn: Callable[[bool], None], tries: int, what: str, safe: bool) -> None:
-        delay = self.backoff[0]
+        backoff = Backoff(self.backoff[0], 2.0, self.backoff[1], stop=self._stop)
         for attempt in range(1, tries + 1):
             if self._stop.is_set():
                 raise _StoppedError
@@ -513,13 +514,18 @@ class Loader:
                 if attempt >= tries:
                     raise ExecError(f"{what}: gave up after {tries} tries: {exc}") from exc
                 log.warning(
-                    "%s: %s failed (try %d of %d), again in %.2fs: %s", self.name, what, attempt, tries, delay, exc
+                    "%s: %s failed (try %d of %d), again in %.2fs: %s",
+                    self.name,
+                    what,
+                    attempt,
+                    tries,
+                    backoff.delay,
+                    exc,
                 )
             except Exception as exc:
                 raise ExecError(f"{what}: {type(exc).__name__}: {exc}") from exc
-            if self._stop.wait(delay):
+            if backoff.wait():
                 raise _StoppedError
-            delay = min(delay * 2, self.backoff[1])
             safe = True  # the failed try may have committed before its connection broke
 
 

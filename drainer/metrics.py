@@ -83,7 +83,7 @@ from common import tso
 from common.binlogfile import metrics as binlogfile_metrics
 from common.errors import CodecError
 from common.events import DML, DMLType
-from drainer.puller import PullerError
+from drainer.errors import PullerError
 
 if TYPE_CHECKING:
     from drainer.merger import Merger

@@ -35,10 +35,11 @@ from typing import TYPE_CHECKING, Any, Final
 import grpc
 from google.protobuf.message import DecodeError
 
-from common.errors import BinlogError, CodecError
+from common.errors import CodecError
 from common.pb import pump_pb2
 from common.pb.wire import pull_entity, split_binlog
 from common.tls import TLS, connect_hint
+from drainer.errors import PullerError
 from drainer.malloc import trim
 from drainer.merger import MergeItem, Merger
 
@@ -63,10 +64,6 @@ STREAM_WINDOW_BYTES: Final = 4 << 20
 remote pump: 4 MiB per round trip is 80 MB/s at 50 ms)."""
 COMPRESSORS: Final[dict[str, grpc.Compression | None]] = {"": None, "gzip": grpc.Compression.Gzip}
 PULL_METHOD: Final = "/binlog.Pump/PullBinlogs"
-
-
-class PullerError(BinlogError):
-    """A pump's stream cannot be used any more (a binlog that does not parse)."""
 
 
 class Puller:

@@ -34,6 +34,7 @@ from typing import Final, Protocol
 import grpc
 
 from common import tso as tsolib
+from common.backoff import Backoff
 from common.dirs import ensure_dir
 from common.errors import BinlogError
 from common.httpserver import HTTPActionError
@@ -158,15 +159,14 @@ class NotifyPolicy:
 
 def notify_drainer(host: str, policy: NotifyPolicy, tls: TLS | None = None) -> None:
     """Call Notify on the drainer at `host` (over TLS with `tls`); raises NotifyError when every try failed."""
-    deadline = time.monotonic() + policy.timeout
+    backoff = Backoff(policy.backoff, policy.factor, timeout=policy.timeout)
     per_attempt = policy.per_attempt()
-    delay = policy.backoff
     last = "no attempt"
     channel = grpc.insecure_channel(host) if tls is None else grpc.secure_channel(host, tls.channel_credentials())
     with channel:
         stub = cistern_pb2_grpc.CisternStub(channel)
         for attempt in range(1, policy.attempts + 1):
-            remaining = deadline - time.monotonic()
+            remaining = backoff.remaining()
             if remaining <= 0:
                 break
             timeout = remaining if attempt == policy.attempts else min(per_attempt, remaining)
@@ -177,8 +177,7 @@ def notify_drainer(host: str, policy: NotifyPolicy, tls: TLS | None = None) -> N
                 last = _rpc_error(exc, tls is not None)
                 log.warning("notify drainer at %s failed (try %d/%d): %s", host, attempt, policy.attempts, last)
             if attempt < policy.attempts:
-                time.sleep(max(0.0, min(delay, deadline - time.monotonic())))
-                delay *= policy.factor
+                backoff.wait(limit=backoff.remaining())  # never past the deadline
     raise NotifyError(f"notify drainer at {host} failed: {last}")
 
 

@@ -34,10 +34,11 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Final
 
+from common.backoff import Backoff, WaitTimeoutError
 from common.errors import ConfigError, EtcdUnavailableError, TSOError
 from common.etcd import EtcdClient, PrefixWatcher
 from common.pb import binlog_pb2, gogo, pump_pb2
-from common.pd_client import CLUSTER_ID_KEY, read_cluster_id
+from common.pd_client import CLUSTER_ID_KEY, wait_cluster_id
 from common.registry import NodeChange, NodeKind, Registry
 from common.tls import TLS, TLSFiles
 from pump_client.commit import CommitJob
@@ -166,20 +167,15 @@ class PumpsClient:
         self._prober.start()
 
     def _read_cluster_id(self, timeout: float) -> int:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                cluster_id = read_cluster_id(self._etcd)
-            except TSOError as exc:
-                raise PumpClientError(f"pump client: {exc}") from exc
-            if cluster_id is not None:
-                return cluster_id
-            if time.monotonic() >= deadline:
-                raise PumpClientError(
-                    f"no cluster id at {CLUSTER_ID_KEY} in etcd at {self._etcd.describe} after {timeout:.1f}s: "
-                    "is pd-server running?"
-                )
-            time.sleep(0.1)
+        try:
+            return wait_cluster_id(self._etcd, timeout)
+        except TSOError as exc:
+            raise PumpClientError(f"pump client: {exc}") from exc
+        except WaitTimeoutError:
+            raise PumpClientError(
+                f"no cluster id at {CLUSTER_ID_KEY} in etcd at {self._etcd.describe} after {timeout:.1f}s: "
+                "is pd-server running?"
+            ) from None
 
     def _abort_start(self) -> None:
         self._closed = True
@@ -262,6 +258,7 @@ class PumpsClient:
         retry = 0
         attempts = 0
         last = "no available pump"
+        backoff = Backoff(policy.retry_interval, factor=1.0, stop=self._stop)  # a fixed interval
         while True:
             pump = self._select(start_ts, retry)
             if pump is not None:
@@ -291,7 +288,7 @@ class PumpsClient:
                 available = self._membership.available_count()
             if policy.prewrite_gives_up(time.monotonic() - begin, retry, available):
                 break
-            if self._stop.wait(policy.retry_interval):
+            if backoff.wait():
                 raise ClientClosedError(f"pump client closed while writing prewrite start_ts={start_ts}")
         self._write_to_any_online(start_ts, request, last)
 

@@ -9,7 +9,8 @@
 
 Start timestamps and commit timestamps come from pd-server (found through etcd), binlogs go
 to the pumps through :class:`pump_client.PumpsClient`, DDL jobs are published in etcd
-(:mod:`common.schema.history`).  The commit protocol is in :mod:`upstream.commit`.
+(:mod:`common.schema.history`).  The commit protocol is :class:`upstream.commit.Committer`, which the
+database builds with its collaborators and hands to its transactions (``Database.committer``).
 
 Concurrency: a Database is shared by many threads, each running its own transactions.  DDL
 is exclusive with the commit phase of transactions in this process; a DDL from another
@@ -21,14 +22,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from common import tso
+from common.backoff import Backoff
 from common.dsn import parse_dsn
 from common.errors import BinlogError
 from common.etcd import EtcdClient, WatchEvent
@@ -39,7 +38,8 @@ from common.schema.infoschema import InfoSchema
 from common.schema.model import Job, SchemaState, TableInfo
 from common.tls import TLS, TLSFiles
 from common.txnstatus import DEFAULT_STATUS_ROW_TTL, TxnStatusStore
-from pump_client import DEFAULT_ATTEMPT_TIMEOUT, MAX_HEADER_SIZE, EncodedBinlog
+from pump_client import DEFAULT_ATTEMPT_TIMEOUT, EncodedBinlog, PumpsClient
+from upstream.commit import Committer
 from upstream.ddl import Column, Planner
 from upstream.errors import WriterError
 from upstream.store import Store, open_store
@@ -52,13 +52,10 @@ DEFAULT_STORE = "sqlite:upstream.db"
 """A sqlite file in the current directory."""
 DEFAULT_LOCK_TTL = 10.0
 """Seconds a pending transaction's lock lives without renewal (TiDB: 3 s with heartbeats)."""
-MAX_LOCK_TTL = 120.0
-LOCK_TTL_FACTOR_MS = 6000
-"""TiDB's lock TTL grows with sqrt(transaction MB) by this factor."""
 PREWRITE_THREADS = 64
-DEFAULT_MAX_BINLOG_SIZE = 2 * 1024**3 - 4 * 1024**2 - MAX_HEADER_SIZE
-"""The largest prewrite binlog when the client does not say (the pumps' default max-message-size less
-the request header; pump_client.transport.DEFAULT_MAX_MESSAGE_SIZE)."""
+RETRY_FIRST_DELAY = 0.004
+"""Seconds `Database.run` waits before its second attempt; each next wait doubles, up to RETRY_MAX_DELAY."""
+RETRY_MAX_DELAY = 0.2
 
 _T = TypeVar("_T")
 
@@ -150,8 +147,6 @@ class Database:
             self._ddl_mutex = threading.Lock()
             self._pool_lock = threading.Lock()
             self._idle: list[Session] = []
-            self._idle_status: list[Session] = []
-            self._pending: dict[int, int] = {}  # start_ts -> ttl_ms, while the lock TTL matters
             self._keepalive_stop = threading.Event()
             self.schema = InfoSchema()
             self._refresh_schema()
@@ -159,11 +154,10 @@ class Database:
             self._exit.callback(self._watcher.stop)
             self._exit.callback(self._close_sessions)
             self.client: Any = None
+            prewrite_pool: ThreadPoolExecutor | None = None
             if binlog:
                 self.status.ensure_schema()
                 if client is None:
-                    from pump_client import PumpsClient
-
                     client = PumpsClient(
                         etcd_urls,
                         strategy=strategy,
@@ -173,8 +167,22 @@ class Database:
                     )
                     self._own_client = True
                 self.client = client
-                self._prewrite_pool = ThreadPoolExecutor(PREWRITE_THREADS, thread_name_prefix="prewrite-binlog")
-                self._exit.callback(self._prewrite_pool.shutdown)
+                prewrite_pool = ThreadPoolExecutor(PREWRITE_THREADS, thread_name_prefix="prewrite-binlog")
+            self.committer = Committer(
+                store=self.store,
+                status=self.status,
+                tso=self.tso,
+                client=self.client,
+                pool=prewrite_pool,
+                schema_guard=self.ddl_guard.shared,
+                schema=lambda: self.schema,
+                lock_ttl_ms=self._lock_ttl_ms,
+                status_row_ttl=status_row_ttl,
+            )
+            self._exit.callback(self.committer.close_sessions)
+            if prewrite_pool is not None:
+                self._exit.callback(prewrite_pool.shutdown)  # before the status sessions close: its tasks use them
+            if binlog:
                 self._keepalive = threading.Thread(target=self._keepalive_loop, name="lock-keepalive", daemon=True)
                 self._keepalive.start()
         except BaseException:
@@ -193,6 +201,7 @@ class Database:
 
     def run(self, body: Callable[[Transaction], _T], *, attempts: int = 10) -> _T:
         """Run `body` in a transaction and commit; retry on retriable errors (conflicts, schema changes)."""
+        backoff = Backoff(RETRY_FIRST_DELAY, 2.0, RETRY_MAX_DELAY)
         for attempt in range(1, attempts + 1):
             txn = self.begin()
             try:
@@ -205,7 +214,7 @@ class Database:
                 if not exc.retriable or attempt == attempts:
                     raise
                 log.debug("start_ts=%s retrying after %s", txn.start_ts, exc)
-                time.sleep(min(0.002 * 2**attempt, 0.2))
+                backoff.wait()
             except BaseException:
                 txn.rollback()
                 raise
@@ -217,7 +226,8 @@ class Database:
                 return self._idle.pop()
         return self.store.session()
 
-    def _release(self, txn: Transaction) -> None:
+    def release(self, txn: Transaction) -> None:
+        """Take back an ended transaction's session: idle for the next one, or closed if it cannot be reused."""
         s = txn.session
         if s.in_txn:
             try:
@@ -235,96 +245,30 @@ class Database:
 
     def _close_sessions(self) -> None:
         with self._pool_lock:
-            sessions, self._idle = self._idle + self._idle_status, []
-            self._idle_status = []
+            sessions, self._idle = self._idle, []
         for s in sessions:
             with contextlib.suppress(Exception):
                 s.close()
 
-    # ------------------------------------------------------------------ binlog plumbing used by upstream.commit
-    def lock_ttl_ms(self, txn_bytes: int) -> int:
-        size_ms = LOCK_TTL_FACTOR_MS * math.sqrt(txn_bytes / (1 << 20))
-        return int(min(max(self._lock_ttl_ms, size_ms), MAX_LOCK_TTL * 1000))
-
-    def submit_prewrite(self, fn: Callable[[], None]) -> Future[None]:
-        return self._prewrite_pool.submit(fn)
-
+    # ------------------------------------------------------------------ binlog plumbing (the committer's)
     def client_write(self, binlog: binlog_pb2.Binlog | EncodedBinlog) -> None:
-        if isinstance(binlog, EncodedBinlog):
-            write_encoded = getattr(self.client, "write_encoded_binlog", None)
-            if write_encoded is not None:
-                write_encoded(binlog)
-                return
-            binlog = binlog_pb2.Binlog.FromString(binlog.join())  # a client of another kind: a message
-        self.client.write_binlog(binlog)
+        """Send one binlog to a pump and wait for it (DDL binlogs; the committer's ``write``)."""
+        self.committer.write(binlog)
 
     @property
     def max_binlog_size(self) -> int:
         """The largest prewrite binlog the pumps take (the client's max message size less its header)."""
-        size = getattr(self.client, "max_binlog_size", None)
-        return size if isinstance(size, int) else DEFAULT_MAX_BINLOG_SIZE
-
-    def client_write_async(self, binlog: binlog_pb2.Binlog) -> None:
-        self.client.write_binlog_async(binlog)
-
-    def _with_status_session(self, fn: Callable[[Session], None]) -> None:
-        with self._pool_lock:
-            s = self._idle_status.pop() if self._idle_status else None
-        if s is None:
-            s = self.store.status_session()
-        try:
-            fn(s)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                s.close()
-            raise
-        with self._pool_lock:
-            self._idle_status.append(s)
-
-    def status_begin(self, start_ts: int, ttl_ms: int, *, not_after_ms: int | None = None) -> None:
-        """The transaction's status row, ``pending`` with a lock TTL, committed on a status session.
-
-        StatusRowTooLateError (nothing written) when the clock is past `not_after_ms`."""
-        self._with_status_session(
-            lambda s: s.call(lambda: self.status.begin_pending(s.conn, start_ts, ttl_ms, not_after_ms=not_after_ms))
-        )
+        return self.committer.max_binlog_size
 
     def status_row_first(self, start_ts: int) -> bool:
         """True when `start_ts` is already half its status-row TTL old: its row goes before its P-binlog."""
-        age_ms = time.time() * 1000 - tso.physical(start_ts)
-        return age_ms >= self.status_row_ttl * 500
-
-    def status_rollback(self, start_ts: int) -> None:
-        try:
-            self._with_status_session(lambda s: s.call(lambda: self.status.mark_rolled_back(s.conn, start_ts)))
-        except Exception as exc:  # the pump resolves it through the TTL
-            log.warning("start_ts=%s: cannot record the rollback in the txn-status table: %s", start_ts, exc)
-
-    def track_pending(self, start_ts: int, ttl_ms: int) -> None:
-        with self._pool_lock:
-            self._pending[start_ts] = ttl_ms
-
-    def untrack_pending(self, start_ts: int) -> None:
-        with self._pool_lock:
-            self._pending.pop(start_ts, None)
+        return self.committer.status_row_first(start_ts)
 
     def _keepalive_loop(self) -> None:
         """Extend the lock TTL of transactions still in their commit phase (stores with a second writer)."""
         interval = self._lock_ttl_ms / 3000
         while not self._keepalive_stop.wait(interval):
-            if not self.store.parallel_status:
-                continue
-            with self._pool_lock:
-                pending = dict(self._pending)
-            for start_ts, ttl_ms in pending.items():
-                try:
-                    self._with_status_session(
-                        lambda s, ts=start_ts, ttl=ttl_ms: s.call(  # type: ignore[misc]
-                            lambda: self.status.extend_ttl(s.conn, ts, ttl)
-                        )
-                    )
-                except Exception as exc:
-                    log.debug("start_ts=%s: lock keepalive failed: %s", start_ts, exc)
+            self.committer.keep_alive()
 
     # ------------------------------------------------------------------ schema
     def _refresh_schema(self) -> None:

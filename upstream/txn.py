@@ -2,8 +2,8 @@
 
 Reads go to the store (no lock) the first time a row is touched and are remembered; every
 change is applied to the in-memory copy and appended to the binlog :class:`MutationLog`.
-``commit()`` (see :mod:`upstream.commit`) locks the touched rows, checks they still hold
-what this transaction read (else :class:`WriteConflictError`), and applies the net change.
+``commit()`` (the database's committer, see :mod:`upstream.commit`) locks the touched rows, checks
+they still hold what this transaction read (else :class:`WriteConflictError`), and applies the net change.
 
 Keys: a table with a primary key is addressed by its primary key value (a scalar for one
 column, a tuple in key order for several); a table without one by its hidden row handle,
@@ -19,18 +19,15 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from common.schema.defaults import default_value
-from common.schema.infoschema import TableRef
+from common.schema.infoschema import InfoSchema, TableRef
 from common.schema.model import ColumnInfo, SchemaError, TableInfo
 from common.schema.types import check_value
 from upstream.errors import DuplicateKeyError, TxnClosedError, TxnTooLargeError
 from upstream.mutation import MutationLog
 from upstream.store.base import Row, Session
-
-if TYPE_CHECKING:
-    from upstream.database import Database
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +51,47 @@ class Entry:
     written: bool = False
 
 
+class RowIDs(Protocol):
+    """Per-table row ids: hidden handles and auto-increment values (:class:`common.schema.history.RowIDAllocator`)."""
+
+    def next(self, table_id: int) -> int: ...
+
+    def rebase(self, table_id: int, value: int) -> None: ...
+
+
+class TxnCommitter(Protocol):
+    """Commits a transaction's written rows (:class:`upstream.commit.Committer`)."""
+
+    def commit(self, txn: Transaction) -> int:
+        """The commit_ts (0 when nothing was written); raises, having committed nothing, on an error."""
+        ...
+
+
+class TxnHost(Protocol):
+    """What a transaction uses of the database that began it (:class:`upstream.database.Database`)."""
+
+    @property
+    def schema(self) -> InfoSchema: ...
+
+    @property
+    def row_ids(self) -> RowIDs: ...
+
+    @property
+    def binlog_enabled(self) -> bool: ...
+
+    @property
+    def max_binlog_size(self) -> int: ...
+
+    @property
+    def committer(self) -> TxnCommitter: ...
+
+    def release(self, txn: Transaction) -> None:
+        """Take back the transaction's session (it has ended)."""
+        ...
+
+
 class Transaction:
-    def __init__(self, db: Database, start_ts: int, session: Session) -> None:
+    def __init__(self, db: TxnHost, start_ts: int, session: Session) -> None:
         self.db = db
         self.start_ts = start_ts
         self.session = session
@@ -87,10 +123,15 @@ class Transaction:
 
     def commit(self) -> int:
         """Commit with binlog; returns the commit_ts (0 for a transaction that changed nothing)."""
-        from upstream.commit import commit_transaction
-
         self._check_active()
-        return commit_transaction(self)
+        try:
+            commit_ts = self.db.committer.commit(self)
+        except BaseException:
+            self._close(TxnState.ROLLED_BACK)
+            raise
+        self.commit_ts = commit_ts
+        self._close(TxnState.COMMITTED)
+        return commit_ts
 
     def rollback(self) -> None:
         if self.state is TxnState.ACTIVE:
@@ -120,7 +161,7 @@ class Transaction:
 
     def _close(self, state: TxnState) -> None:
         self.state = state
-        self.db._release(self)
+        self.db.release(self)
 
     def _table(self, name: str) -> TableRef:
         db, dot, tname = name.partition(".")

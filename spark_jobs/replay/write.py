@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from common.backoff import Backoff, retry
 from common.events import DML, DMLType, TableShape
 from common.schema.defaults import default_value
 from common.schema.model import HIDDEN_HANDLE, TableInfo, table_from_dict, table_to_dict
@@ -343,20 +343,29 @@ class _Writer:
     def _run_mysql(self, statements: Sequence[tuple[str, Sequence[object]]]) -> None:
         import pymysql
 
-        for attempt in range(RETRIES + 1):
+        def attempt() -> None:
             try:
                 with self.conn.cursor() as cur:
                     for sql, params in statements:
                         cur.execute(sql, list(params))
                 self.conn.commit()
-                return
-            except pymysql.MySQLError as exc:
+            except pymysql.MySQLError:
                 self.conn.rollback()
-                code = exc.args[0] if exc.args else None
-                if code not in _RETRY_ERRORS or attempt == RETRIES:
-                    raise TargetError(f"{self.plan.target.describe()}: write failed: {exc}") from None
-                log.warning("write batch retried after %s (attempt %d)", exc, attempt + 1)
-                time.sleep(0.05 * (attempt + 1))
+                raise
+
+        def retriable(exc: Exception) -> bool:
+            return isinstance(exc, pymysql.MySQLError) and (exc.args[0] if exc.args else None) in _RETRY_ERRORS
+
+        try:
+            retry(
+                attempt,
+                Backoff(0.05, factor=1.0, step=0.05),  # 50 ms, 100 ms, 150 ms, ...
+                attempts=RETRIES + 1,
+                retriable=retriable,
+                on_retry=lambda exc, n, _delay: log.warning("write batch retried after %s (attempt %d)", exc, n),
+            )
+        except pymysql.MySQLError as exc:
+            raise TargetError(f"{self.plan.target.describe()}: write failed: {exc}") from None
 
     def _run_sqlite(self, statements: Sequence[tuple[str, Sequence[object]]]) -> None:
         try:

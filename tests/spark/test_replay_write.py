@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
 
 from spark_jobs.errors import TargetError
 from spark_jobs.replay.target import SqliteTarget
-from spark_jobs.replay.write import FinalTable, WritePlan, mysql_create_table, prepare_target, write_partition
+from spark_jobs.replay.write import (
+    FinalTable,
+    WritePlan,
+    _Writer,
+    mysql_create_table,
+    prepare_target,
+    write_partition,
+)
 from spark_jobs.rowjson import encode_key, encode_row
 from tests.spark.historyutil import HistoryBuilder
 from upstream.ddl import Column
@@ -105,3 +115,64 @@ def test_mysql_table_gets_the_servers_nopad_binary_collation() -> None:
     assert mysql_create_table("p_d", info, mariadb).endswith("DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_nopad_bin")
     old = replace(info, charset="", collate="")  # history from before the collation was recorded
     assert mysql_create_table("p_d", old, mariadb).endswith("COLLATE=utf8mb4_nopad_bin")
+
+
+class _FakeCursor:
+    def __init__(self, conn: _FakeMySQL) -> None:
+        self.conn = conn
+
+    def __enter__(self) -> _FakeCursor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def execute(self, sql: str, params: list[object]) -> None:
+        self.conn.log.append("execute")
+        if self.conn.errors:
+            raise self.conn.errors.pop(0)
+
+
+class _FakeMySQL:
+    """A MySQL connection whose statements fail with the queued errors, one per statement."""
+
+    def __init__(self, errors: list[Exception]) -> None:
+        self.errors = errors
+        self.log: list[str] = []
+
+    def cursor(self) -> _FakeCursor:
+        return _FakeCursor(self)
+
+    def commit(self) -> None:
+        self.log.append("commit")
+
+    def rollback(self) -> None:
+        self.log.append("rollback")
+
+
+def _mysql_writer(conn: _FakeMySQL) -> _Writer:
+    w = object.__new__(_Writer)
+    w.mysql = True
+    w.conn = conn
+    w.plan = cast(WritePlan, SimpleNamespace(target=SimpleNamespace(describe=lambda: "mysql://target")))
+    return w
+
+
+def test_mysql_batch_is_retried_after_a_deadlock(caplog: pytest.LogCaptureFixture) -> None:
+    import pymysql
+
+    conn = _FakeMySQL([pymysql.err.OperationalError(1213, "Deadlock found")])
+    with caplog.at_level(logging.WARNING, logger="spark_jobs.replay.write"):
+        _mysql_writer(conn)._run([("INSERT 1", ()), ("INSERT 2", ())])
+    assert conn.log == ["execute", "rollback", "execute", "execute", "commit"]
+    assert "write batch retried after" in caplog.text
+    assert "(attempt 1)" in caplog.text
+
+
+def test_mysql_batch_fails_at_once_on_an_error_not_worth_a_retry() -> None:
+    import pymysql
+
+    conn = _FakeMySQL([pymysql.err.IntegrityError(1062, "Duplicate entry")])
+    with pytest.raises(TargetError, match=r"mysql://target: write failed: .*Duplicate entry"):
+        _mysql_writer(conn)._run([("INSERT 1", ())])
+    assert conn.log == ["execute", "rollback"]

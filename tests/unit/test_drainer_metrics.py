@@ -16,9 +16,10 @@ from common import tso
 from common.errors import CodecError
 from common.events import Txn
 from common.pb import binlog_pb2, gogo
+from drainer.errors import PullerError
 from drainer.merger import MergeItem, Merger
 from drainer.metrics import UNMARSHAL_BINLOG, DrainerMetrics, error_type
-from drainer.puller import Puller, PullerError
+from drainer.puller import Puller
 from drainer.sinks.sqlite import SqliteSink
 from tests.unit.test_drainer_sql import Schema, dele, ins, upd
 from upstream.ddl import Column

@@ -17,7 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
+from common.backoff import Backoff
 from common.errors import BinlogError
+from upstream.database import RETRY_FIRST_DELAY, RETRY_MAX_DELAY
 from upstream.errors import CommitUnknownError
 
 if TYPE_CHECKING:
@@ -116,6 +118,7 @@ def run_txn(
     body's result of the attempt that committed (None when it failed).
     """
     last = ""
+    waits = Backoff(RETRY_FIRST_DELAY, 2.0, RETRY_MAX_DELAY)
     for attempt in range(1, attempts + 1):
         version = db.schema.version
         txn: Transaction | None = None
@@ -140,7 +143,7 @@ def run_txn(
                 return TxnOutcome(False, attempt - 1, error=last), None
             log.debug("attempt %s failed, retrying: %s", attempt, last)
             if attempt < attempts:
-                time.sleep(backoff(attempt))
+                waits.wait()  # backoff(attempt)
         except BaseException:
             if txn is not None:
                 txn.rollback()
@@ -149,8 +152,8 @@ def run_txn(
 
 
 def backoff(attempt: int) -> float:
-    """Seconds to wait before attempt ``attempt + 1`` (2 ms doubling, at most 200 ms; as Database.run)."""
-    return float(min(0.002 * 2**attempt, 0.2))
+    """Seconds to wait before attempt ``attempt + 1`` (4 ms doubling, at most 200 ms; as Database.run)."""
+    return Backoff(RETRY_FIRST_DELAY, 2.0, RETRY_MAX_DELAY).nth(attempt - 1)
 
 
 def _describe(exc: BaseException) -> str:
