@@ -8,6 +8,7 @@ pip's in-tree build leaves nothing in the repository.  The venv is removed after
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -38,8 +39,15 @@ def copy_project(dest: Path) -> Path:
     return dest
 
 
+def bare_env() -> dict[str, str]:
+    """This environment without PYTHONPATH / PYTHONHOME, which would show the fresh venv other packages."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+
+
 def run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False)
+    return subprocess.run(
+        argv, cwd=cwd, env=bare_env(), capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False
+    )
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +61,7 @@ def bare_venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     install = subprocess.run(
         [str(bin_dir / "python"), "-m", "pip", "install", "--quiet", str(source)],
         cwd=tmp,
+        env=bare_env(),
         capture_output=True,
         text=True,
         timeout=INSTALL_TIMEOUT,
