@@ -127,16 +127,20 @@ class EtcdProcess:
         client_port: int | None = None,
         peer_port: int | None = None,
         tls: TLSSettings | None = None,
+        host: str = LOOPBACK,
+        prefix: Sequence[str] = (),
     ) -> None:
-        """`tls`: serve clients over https and require a client certificate signed by its CA."""
+        """`tls`: serve clients over https and require a client certificate signed by its CA.
+        `host`: the address to listen on; `prefix`: argv run in front of etcd's (e.g. `ip netns exec NS`)."""
         self.base_dir = base_dir
+        self.host = host
         ports = free_ports(2)
         self.client_port = client_port or ports[0]
         self.peer_port = peer_port or ports[1]
         self._ports_fixed = bool(client_port or peer_port)
         self.tls = None if tls is None else tls.client()
         self._scheme = "http" if tls is None else "https"
-        peer = f"http://127.0.0.1:{self.peer_port}"
+        peer = f"http://{host}:{self.peer_port}"
         argv = [
             str(etcd_binary()),
             "--name=default",
@@ -155,11 +159,11 @@ class EtcdProcess:
                 f"--trusted-ca-file={tls.ca}",
                 "--client-cert-auth",
             ]
-        self.process = ManagedProcess("etcd", argv, base_dir / "etcd.log")
+        self.process = ManagedProcess("etcd", [*prefix, *argv], base_dir / "etcd.log")
 
     @property
     def url(self) -> str:
-        return f"{self._scheme}://{LOOPBACK}:{self.client_port}"
+        return f"{self._scheme}://{self.host}:{self.client_port}"
 
     def start(self) -> None:
         """Start and wait until healthy; a first start on picked ports retries a port clash on new ones."""
@@ -173,12 +177,12 @@ class EtcdProcess:
 
     def _new_ports(self) -> None:
         client, peer = free_ports(2)
-        argv = swap_port(self.process.argv, LOOPBACK, self.client_port, client)
-        self.process.argv = swap_port(argv, LOOPBACK, self.peer_port, peer)
+        argv = swap_port(self.process.argv, self.host, self.client_port, client)
+        self.process.argv = swap_port(argv, self.host, self.peer_port, peer)
         self.client_port, self.peer_port = client, peer
 
     def _healthy(self) -> bool:
-        if not port_open("127.0.0.1", self.client_port):
+        if not port_open(self.host, self.client_port):
             return False
         client = _etcd_client(self.url, self.tls)
         try:
@@ -201,19 +205,28 @@ class PDProcess:
     """pd-server as a child process."""
 
     def __init__(
-        self, base_dir: Path, etcd_url: str, *, port: int | None = None, tls: TLSSettings | None = None
+        self,
+        base_dir: Path,
+        etcd_url: str,
+        *,
+        port: int | None = None,
+        tls: TLSSettings | None = None,
+        host: str = LOOPBACK,
+        prefix: Sequence[str] = (),
     ) -> None:
+        """`host`: the address to listen on; `prefix`: argv run in front of pd-server's (e.g. `ip netns exec NS`)."""
+        self.host = host
         self.port = port or free_port()
         self._port_fixed = bool(port)
         self.etcd_url = etcd_url
         self.tls = None if tls is None else tls.client()
         flags = [] if tls is None else tls.node_flags()
         argv = python_module_argv("pd.main", "--pd-urls", etcd_url, "--addr", self.addr, *flags)
-        self.process = ManagedProcess("pd-server", argv, base_dir / "pd-server.log")
+        self.process = ManagedProcess("pd-server", [*prefix, *argv], base_dir / "pd-server.log")
 
     @property
     def addr(self) -> str:
-        return f"{LOOPBACK}:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def use_etcd(self, url: str) -> None:
         """Talk to etcd at `url` from the next start on (the etcd it was built with moved before it started)."""
@@ -232,11 +245,11 @@ class PDProcess:
 
     def _new_port(self) -> None:
         port = free_port()
-        self.process.argv = swap_port(self.process.argv, LOOPBACK, self.port, port)
+        self.process.argv = swap_port(self.process.argv, self.host, self.port, port)
         self.port = port
 
     def _serving(self) -> bool:
-        if not port_open("127.0.0.1", self.port):
+        if not port_open(self.host, self.port):
             return False
         client = _etcd_client(self.etcd_url, self.tls)
         try:
@@ -278,9 +291,14 @@ class NodeProcess:
         status_port: int | None = None,
         env: Mapping[str, str] | None = None,
         tls: TLSSettings | None = None,
+        host: str = LOOPBACK,
+        prefix: Sequence[str] = (),
     ) -> None:
-        """`tls`: run with `[security]` set (the flags of `tls.node_flags()`); probes use TLS too."""
+        """`tls`: run with `[security]` set (the flags of `tls.node_flags()`); probes use TLS too.
+        `host`: the address to listen on; `prefix`: argv run in front of the node's (e.g. `ip netns exec NS`)."""
         self.name = name
+        self.host = host
+        self.prefix = list(prefix)
         ports = free_ports(2)
         self.grpc_port = grpc_port or ports[0]
         self.status_port = status_port or ports[1]
@@ -299,7 +317,7 @@ class NodeProcess:
             *([] if tls is None else tls.node_flags()),
             *self.extra_args,
         )  # fmt: skip
-        self.process = ManagedProcess(name, argv, base_dir / f"{name}.log", env=env)
+        self.process = ManagedProcess(name, [*prefix, *argv], base_dir / f"{name}.log", env=env)
 
     @property
     def node_id(self) -> str:
@@ -307,16 +325,21 @@ class NodeProcess:
 
     @property
     def addr(self) -> str:
-        return f"{LOOPBACK}:{self.grpc_port}"
+        return f"{self.host}:{self.grpc_port}"
 
     @property
     def status_addr(self) -> str:
-        return f"{LOOPBACK}:{self.status_port}"
+        return f"{self.host}:{self.status_port}"
 
     def use_etcd(self, url: str) -> None:
         """Talk to etcd at `url` from the next start on (the etcd it was built with moved before it started)."""
         self.process.argv = [url if a == self.etcd_url else a for a in self.process.argv]
         self.etcd_url = url
+
+    def set_prefix(self, prefix: Sequence[str]) -> None:
+        """Run the node behind `prefix` from the next start on (e.g. add `faketime -f +60s`)."""
+        self.process.argv = [*prefix, *self.process.argv[len(self.prefix) :]]
+        self.prefix = list(prefix)
 
     def start(self, timeout: float = NODE_START_TIMEOUT) -> None:
         """Start and wait until online; a first start on picked ports retries a port clash on new ones.
@@ -332,8 +355,8 @@ class NodeProcess:
 
     def _new_ports(self) -> None:
         grpc_port, status_port = free_ports(2)
-        argv = swap_port(self.process.argv, LOOPBACK, self.grpc_port, grpc_port)
-        self.process.argv = swap_port(argv, LOOPBACK, self.status_port, status_port)
+        argv = swap_port(self.process.argv, self.host, self.grpc_port, grpc_port)
+        self.process.argv = swap_port(argv, self.host, self.status_port, status_port)
         self.grpc_port, self.status_port = grpc_port, status_port
 
     def _registered_online(self) -> NodeStatus | None:
@@ -386,7 +409,7 @@ class PumpProcess(NodeProcess):
 
     def _online(self) -> bool:
         """Registered online AND answering the liveness probe (a stale record of a killed pump is not enough)."""
-        if not port_open("127.0.0.1", self.grpc_port) or self._registered_online() is None:
+        if not port_open(self.host, self.grpc_port) or self._registered_online() is None:
             return False
         client = _etcd_client(self.etcd_url, self.tls)
         try:
@@ -418,4 +441,4 @@ class DrainerProcess(NodeProcess):
 
     def _online(self) -> bool:
         """Registered online with this address and serving HTTP."""
-        return port_open("127.0.0.1", self.status_port) and self._registered_online() is not None
+        return port_open(self.host, self.status_port) and self._registered_online() is not None
