@@ -127,7 +127,10 @@ class Isolate:
 
 
 class Loss:
-    """Drop `percent` % of the packets in and out of the host's `eth0` at random (loopback untouched)."""
+    """Drop `percent` % of the IP packets in and out of the host's `eth0` at random (loopback untouched).
+
+    ARP is spared: a lost ARP exchange stalls all traffic to the peer for a second or more, which
+    would make the fault a sporadic partition rather than packet loss."""
 
     def __init__(self, host: Host, percent: int) -> None:
         if not 0 <= percent <= 100:
@@ -140,7 +143,7 @@ class Loss:
         return f"loss {self.percent}% on {self.host.name}"
 
     def start(self) -> None:
-        rule = f"numgen random mod 100 < {self.percent} drop"
+        rule = f"meta protocol {{ ip, ip6 }} numgen random mod 100 < {self.percent} drop"
         self._table.install([rule], [rule])
 
     def heal(self) -> None:

@@ -19,15 +19,17 @@ from pathlib import Path
 import pytest
 
 from tests.harness.mysql import MySQLDSN
-from tests.nemesis.hosts import Host, Network, require_netns, run
+from tests.nemesis.hosts import Host, Network, require_netns, run, sweep
 from tests.nemesis.nemesis import (
     Bandwidth,
     ClockSkew,
+    Compose,
     Crash,
     Cut,
     Delay,
     DiskFull,
     Freeze,
+    Isolate,
     Loss,
     Partition,
 )
@@ -60,15 +62,17 @@ except OSError as exc:
 """
 
 UDP_RECEIVER = """
-import socket, sys, time
+import select, socket, sys, time
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("0.0.0.0", int(sys.argv[1])))
-s.settimeout(0.1); print("ready", flush=True)
-n, end, last = 0, time.monotonic() + float(sys.argv[2]), None
-while time.monotonic() < end and not (last and time.monotonic() - last > 0.7):
-    try:
-        s.recv(2048); n += 1; last = time.monotonic()
-    except TimeoutError:
-        pass
+print("ready", flush=True)
+n, end = 0, time.monotonic() + float(sys.argv[2])
+while time.monotonic() < end:  # until a line on stdin (the sender is done), then 0.3 s more
+    ready, _, _ = select.select([s, sys.stdin], [], [], 0.1)
+    if sys.stdin in ready:
+        end = min(end, time.monotonic() + 0.3)
+        sys.stdin.readline()
+    if s in ready:
+        s.recv(2048); n += 1
 print(n, flush=True)
 """
 
@@ -166,6 +170,7 @@ def udp_count(sender: Host, receiver: Host, n: int, port: int = 9999) -> int:
     """How many of `n` datagrams sent from `sender` to `receiver` arrive."""
     rx = subprocess.Popen(
         [*receiver.prefix_argv(), PY, "-c", UDP_RECEIVER, str(port), "15"],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -173,7 +178,7 @@ def udp_count(sender: Host, receiver: Host, n: int, port: int = 9999) -> int:
         assert rx.stdout is not None
         assert rx.stdout.readline().strip() == "ready"
         sender.exec([PY, "-c", UDP_SENDER, receiver.ip, str(port), str(n)], timeout=20)
-        out, _ = rx.communicate(timeout=20)
+        out, _ = rx.communicate("done\n", timeout=20)
     finally:
         rx.kill()
         rx.wait(5)
@@ -219,6 +224,13 @@ def test_connect_and_partition(net: Network, tmp_path: Path) -> None:
     part.heal()
     part.heal()  # idempotent
     assert tcp_probe(a, b.ip, 7000) == "ok"
+
+    both = Compose(Isolate(c, [b, "host"]), Loss(a, 0))
+    both.start()
+    assert "timed out" in tcp_probe(c, b.ip, 7000)
+    assert tcp_probe(a, b.ip, 7000) == "ok"
+    both.heal()
+    assert tcp_probe(c, b.ip, 7000) == "ok"
 
 
 def test_one_way_partition_drops_one_direction(net: Network) -> None:
@@ -405,3 +417,43 @@ def test_mysql_through_forwarder(net: Network, mysql_server: MySQLDSN) -> None:
     finally:
         part.heal()
     assert select_one() == "ok 1"
+
+
+CRASHING_RUN = """
+import sys, time
+from pathlib import Path
+from tests.nemesis.hosts import Network
+n = Network(); n.open(); n.add_host("a"); n.mount_tmpfs(Path(sys.argv[1]), "1m")
+print(n.prefix, flush=True)
+time.sleep(600)
+"""
+
+
+def test_sweep_removes_a_crashed_run_only(net: Network, tmp_path: Path) -> None:
+    live = net.add_host("live")
+    root = Path(__file__).resolve().parents[2]
+    with subprocess.Popen(
+        [PY, "-c", CRASHING_RUN, str(tmp_path / "crashed-disk")],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    ) as crashed:
+        try:
+            assert crashed.stdout is not None
+            prefix = crashed.stdout.readline().strip()
+            assert prefix, "the crashing run did not start"
+        finally:
+            crashed.kill()
+            crashed.wait(10)
+    assert f"nm{prefix}-a" in run(["ip", "netns", "list"])
+
+    removed = sweep()
+    assert f"netns nm{prefix}-a" in removed
+    assert f"link nb{prefix}" in removed
+    assert f"nm{prefix}-" not in run(["ip", "netns", "list"])
+    assert f"nb{prefix}" not in run(["ip", "link", "show"])
+    assert f"nm{prefix}-tmpfs" not in run(["findmnt", "-rn", "-o", "SOURCE"])
+    # the live run (this test's network) was left alone
+    assert live.ns in run(["ip", "netns", "list"])
+    assert net.leftovers()
