@@ -3,8 +3,9 @@
 Every name this module creates starts with a short random run prefix, so runs never collide and
 `sweep` can find what a crashed run left behind: the bridge and host-side veths are `nb<prefix>...`,
 the namespaces `nm<prefix>-<name>`, tmpfs mounts have the source `nm<prefix>-tmpfs`.  While a run is
-alive it holds an flock on `/run/binlog-nemesis/<prefix>.lock`; `sweep` only removes the leftovers
-of prefixes whose lock nobody holds, so a concurrent run is never touched.
+alive it holds an flock on `/run/binlog-nemesis/<prefix>.lock` (created before anything else, removed
+after everything else); `sweep` only removes names whose prefix has a lock file that nobody holds, so
+a concurrent run is never touched, nor a link of someone else that happens to match the pattern.
 
 Inside each namespace the veth is called `eth0` and has `.N/24`; the bridge has `.1`, which is the
 default route.  Services of the host that listen on 127.0.0.1 only (MariaDB) are reached through
@@ -127,15 +128,16 @@ def _kill_netns_pids(ns: str) -> None:
 def sweep(prefix_pattern: str = PREFIX_PATTERN) -> list[str]:
     """Remove what crashed runs left: namespaces `nm<p>-*`, links `nb<p>*`, tmpfs mounts `nm<p>-tmpfs`.
 
-    Only prefixes matching `prefix_pattern` whose run lock nobody holds are touched.  Returns what was
+    Only prefixes matching `prefix_pattern` whose run lock file exists and nobody holds are touched.  Returns what was
     removed, for the log."""
     removed: list[str] = []
     ns_re = re.compile(rf"^nm({prefix_pattern})-\S+$")
     link_re = re.compile(rf"^nb({prefix_pattern})\w*$")
     tmpfs_re = re.compile(rf"^nm({prefix_pattern})-tmpfs$")
 
-    def stale(prefix: str) -> bool:
-        return _lock_is_free(LOCK_DIR / f"{prefix}.lock")
+    def stale(prefix: str) -> bool:  # a lock file left unlocked: a run of ours that died before close()
+        lock = LOCK_DIR / f"{prefix}.lock"
+        return lock.exists() and _lock_is_free(lock)
 
     for line in Path("/proc/self/mounts").read_text().splitlines():
         fields = line.split()
@@ -234,7 +236,15 @@ class Network:
             return
         self._opened = True
         LOCK_DIR.mkdir(parents=True, exist_ok=True)
-        fd = os.open(LOCK_DIR / f"{self.prefix}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        for _ in range(100):  # a prefix nobody else has, not even a crashed run awaiting its sweep
+            try:
+                fd = os.open(LOCK_DIR / f"{self.prefix}.lock", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+                break
+            except FileExistsError:
+                self.prefix = secrets.token_hex(2)
+                self.bridge = f"nb{self.prefix}"
+        else:
+            raise NemesisError(f"no free run prefix in {LOCK_DIR}; run sweep()")
         fcntl.flock(fd, fcntl.LOCK_EX)
         self._lock_fd = fd
         try:
