@@ -34,11 +34,10 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import pymysql
 
-from common.dsn import MySQLDSN
 from common.pb import binlog_pb2
 from tests.nemesis.history import Record
 from tests.nemesis.streams import StreamEntry
@@ -46,6 +45,19 @@ from tests.nemesis.streams import StreamEntry
 CENTS: Final = Decimal("0.01")
 COMMIT: Final = binlog_pb2.Commit
 SAMPLE_INTERVAL: Final = 0.5
+
+
+class MySQLAddr(Protocol):
+    """Where a MySQL server is (common.dsn.MySQLDSN and tests.harness.mysql.MySQLDSN both fit)."""
+
+    @property
+    def host(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def user(self) -> str: ...
+    @property
+    def password(self) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +109,7 @@ class CheckpointSampler:
 
     def __init__(
         self,
-        dsn: MySQLDSN,
+        dsn: MySQLAddr,
         cluster_id: int,
         inserts_table: str,
         *,
@@ -175,7 +187,7 @@ def _mysql_name(dotted: str) -> str:
 # ------------------------------------------------------------------------------------------- readers
 
 
-def read_mysql_tables(dsn: MySQLDSN, db: str, accounts: str = "accounts", inserts: str = "inserts") -> Tables:
+def read_mysql_tables(dsn: MySQLAddr, db: str, accounts: str = "accounts", inserts: str = "inserts") -> Tables:
     """Both tables of logical database `db` in a MySQL server (downstream, or an upstream without prefix)."""
     conn = pymysql.connect(host=dsn.host, port=dsn.port, user=dsn.user, password=dsn.password, autocommit=True)
     try:
