@@ -14,8 +14,9 @@ c. streams: within one pump, commit_ts is strictly ascending over *every* binlog
    fresh TSO and TSOs are unique, so a commit and a fake never share a ts (no equality is allowed).  Across
    all pumps, each committed transaction (``ok``, and ``unknown`` inserts whose id is upstream) appears as a
    Commit binlog exactly once, with the commit_ts the writer saw for an ``ok`` one; a ``fail`` transaction
-   never appears as a Commit; no start_ts appears as a Commit twice anywhere.  Only transactions with
-   start_ts <= the lowest `upto` the pulls reached are judged (a pull stops there).
+   never appears as a Commit; no start_ts appears as a Commit twice anywhere.  With `upto` (the ts the
+   pulls ran to), an ``ok`` transaction is judged when its commit_ts <= upto, any other when its start_ts
+   <= upto; take `upto` as a TSO fetched after the workload exited, so every commit_ts is below it.
 d. checkpoint: the sampled checkpoint never moves backwards, and no sample's checkpoint is >= the commit_ts
    of an ``ok`` insert whose id was not yet downstream at that sample (the sampler reads the checkpoint
    first, then the ids, so the ids it sees are at least those the checkpoint vouches for).
@@ -299,7 +300,9 @@ def check_streams(
             counts["duplicated"] += 1
             out.append(Violation("c", f"start_ts={start_ts} appears as a commit {len(seen)} times: {seen}"))
     for r in history:
-        if r.start_ts is None or (upto is not None and r.start_ts > upto):
+        if r.start_ts is None:
+            continue
+        if upto is not None and (r.commit_ts if r.outcome == "ok" and r.commit_ts else r.start_ts) > upto:
             continue
         seen = commits.get(r.start_ts, [])
         committed = r.outcome == "ok" or (
