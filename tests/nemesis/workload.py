@@ -14,13 +14,21 @@ nothing, so ``fail``; inside ``commit()``, everything raised before the storage 
 storage commit's own failure is CommitUnknownError; anything else raised by ``commit()`` (e.g. from the
 C-binlog's asynchronous send after the data committed) is ``unknown`` too.  ``ok`` only when ``commit()``
 returned its commit_ts (``Transaction.commit``'s return value; nothing in upstream was changed for this).
+
+One attempt's time is bounded by the writer's own timeouts (TSO 10 s per timestamp, the pump client's
+``write_timeout`` of WRITE_TIMEOUT, sqlite's busy timeout); a thread still inside an attempt EXIT_GRACE
+seconds after the duration (a MySQL store connection has no read timeout) is abandoned: that attempt is
+recorded ``unknown`` and the process exits at once after the summary.  SIGTERM ends the run early, the same
+way as the end of the duration.  Exit status 0 with ``nemesis workload: ok=N fail=N unknown=N ...`` on stdout.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import random
+import signal
 import sys
 import threading
 import time
@@ -57,6 +65,9 @@ WRITE_TIMEOUT: Final = 5.0
 """Seconds the pump client tries one binlog (bounds one attempt's commit)."""
 ERROR_PAUSE: Final = 0.05
 """Seconds a thread waits after a failed attempt (the cluster may be partitioned)."""
+EXIT_GRACE: Final = 30.0
+"""Seconds after the duration that threads get to finish their attempt; a thread still stuck then (e.g. on a
+store connection without a read timeout) is abandoned: its attempt is recorded ``unknown``."""
 
 DEFINITE_FAILURES: Final = (
     WriteConflictError,
@@ -133,22 +144,52 @@ class Worker:
         self.accounts = accounts
         self.counter = 0
         self.outcomes: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self._current: Record | None = None
+        self._abandoned = False
 
-    def run(self, deadline: float) -> None:
-        while time.monotonic() < deadline:
+    def run(self, deadline: float, stop: threading.Event) -> None:
+        while time.monotonic() < deadline and not stop.is_set():
             rec = self.insert() if self.rng.random() < INSERT_RATIO else self.transfer()
-            self.history.append(rec)
-            self.outcomes[rec.outcome] += 1
+            with self._lock:
+                self._current = None
+                if self._abandoned:
+                    return
+                self.history.append(rec)
+                self.outcomes[rec.outcome] += 1
             if rec.outcome != "ok":
-                time.sleep(ERROR_PAUSE)
+                stop.wait(ERROR_PAUSE)
+
+    def abandon(self) -> None:
+        """Give up on a stuck thread: its attempt in progress is recorded ``unknown`` (it may still commit)."""
+        with self._lock:
+            self._abandoned = True
+            rec, self._current = self._current, None
+            if rec is not None:
+                self.history.append(rec)
+                self.outcomes[rec.outcome] += 1
+
+    def _in_progress(self, kind: str, rows: dict[str, Any], start_ts: int | None) -> None:
+        with self._lock:
+            self._current = Record(
+                self.thread,
+                kind,
+                start_ts,
+                "unknown",
+                None,
+                rows,
+                "still running when the workload exited",
+                time.time(),
+            )
 
     def _attempt(self, kind: str, rows: dict[str, Any], body: Any) -> Record:
-        start_ts: int | None = None
+        self._in_progress(kind, rows, None)
         try:
             txn = self.db.begin()
         except Exception as exc:  # no start_ts: nothing was sent
             return Record(self.thread, kind, None, "fail", None, rows, describe(exc), time.time())
         start_ts = txn.start_ts
+        self._in_progress(kind, rows, start_ts)
         try:
             body(txn)
         except Exception as exc:  # before commit(): nothing was sent
@@ -187,20 +228,40 @@ class Worker:
 
 
 def run(
-    db: Database, history: HistoryWriter, *, dbname: str, threads: int, duration: float, seed: int, accounts: int
-) -> Counter[str]:
-    """Run the threads for `duration` seconds; the counts per outcome."""
+    db: Database,
+    history: HistoryWriter,
+    *,
+    dbname: str,
+    threads: int,
+    duration: float,
+    seed: int,
+    accounts: int,
+    stop: threading.Event | None = None,
+) -> tuple[Counter[str], int]:
+    """Run the threads for `duration` seconds (or until `stop` is set); the counts per outcome and the number
+    of threads abandoned (stuck EXIT_GRACE seconds past the end)."""
+    stop = stop or threading.Event()
     deadline = time.monotonic() + duration
     workers = [Worker(db, history, dbname=dbname, thread=i, seed=seed, accounts=accounts) for i in range(threads)]
-    running = [threading.Thread(target=w.run, args=(deadline,), name=f"nemesis-{w.thread}") for w in workers]
+    running = [
+        threading.Thread(target=w.run, args=(deadline, stop), name=f"nemesis-{w.thread}", daemon=True) for w in workers
+    ]
     for t in running:
         t.start()
-    for t in running:
-        t.join()
+    while not stop.wait(0.2) and time.monotonic() < deadline:
+        pass
+    give_up = time.monotonic() + EXIT_GRACE
+    abandoned = 0
+    for w, t in zip(workers, running, strict=True):
+        t.join(max(0.0, give_up - time.monotonic()))
+        if t.is_alive():
+            log.warning("thread %d is stuck in an attempt: abandoned, its attempt recorded unknown", w.thread)
+            w.abandon()
+            abandoned += 1
     total: Counter[str] = Counter()
     for w in workers:
         total.update(w.outcomes)
-    return total
+    return total, abandoned
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -217,10 +278,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.accounts < 2 or args.threads < 1 or args.threads >= 1000:
         p.error("need --accounts >= 2 and 1 <= --threads < 1000")
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    with Database(args.etcd.split(","), args.store, write_timeout=WRITE_TIMEOUT) as db:
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    db = Database(args.etcd.split(","), args.store, write_timeout=WRITE_TIMEOUT)
+    try:
         setup(db, args.db, args.accounts)
         with HistoryWriter(args.history) as history:
-            counts = run(
+            counts, abandoned = run(
                 db,
                 history,
                 dbname=args.db,
@@ -228,13 +292,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                 duration=args.duration,
                 seed=args.seed,
                 accounts=args.accounts,
+                stop=stop,
             )
-    total = INITIAL_BALANCE * args.accounts
-    print(
-        f"nemesis workload: ok={counts['ok']} fail={counts['fail']} unknown={counts['unknown']} "
-        f"accounts={args.accounts} total={total}",
-        flush=True,
-    )
+        total = INITIAL_BALANCE * args.accounts
+        print(
+            f"nemesis workload: ok={counts['ok']} fail={counts['fail']} unknown={counts['unknown']} "
+            f"abandoned={abandoned} accounts={args.accounts} total={total}",
+            flush=True,
+        )
+        if abandoned:
+            sys.stderr.flush()
+            os._exit(0)  # a stuck thread would hang the database's close; the history is fsynced
+    finally:
+        db.close()
     return 0
 
 
