@@ -188,8 +188,12 @@ def _mysql_name(dotted: str) -> str:
 # ------------------------------------------------------------------------------------------- readers
 
 
-def read_mysql_tables(dsn: MySQLAddr, db: str, accounts: str = "accounts", inserts: str = "inserts") -> Tables:
-    """Both tables of logical database `db` in a MySQL server (downstream, or an upstream without prefix)."""
+def read_mysql_tables(
+    dsn: MySQLAddr, db: str, accounts: str = "accounts", inserts: str = "inserts", *, prefix: str = ""
+) -> Tables:
+    """Both tables of logical database `db` in a MySQL server: downstream, or an upstream MySQL store (whose
+    physical database is `prefix` + `db`, the writer's ``mysql_db_prefix``)."""
+    db = prefix + db
     conn = pymysql.connect(host=dsn.host, port=dsn.port, user=dsn.user, password=dsn.password, autocommit=True)
     try:
         with conn.cursor() as cur:
