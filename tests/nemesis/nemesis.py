@@ -317,13 +317,18 @@ def faketime_prefix(offset_s: float) -> list[str]:
 
     Where the multi-threaded libfaketime is found this is `env LD_PRELOAD=... FAKETIME=+Ns`: `env` execs,
     so the process's pid stays the node's own (the `faketime` binary forks and waits, so its pid would be
-    faketime's).  Otherwise `faketime -m -f +Ns`; signal the process group then."""
+    faketime's).  Otherwise `faketime -m -f +Ns`; signal the process group then.
+
+    Only the wall clock is skewed (`FAKETIME_DONT_FAKE_MONOTONIC=1`): a skewed host's monotonic clock
+    still measures elapsed time.  Faking CLOCK_MONOTONIC too breaks timed waits: CPython computes a lock's
+    deadline from the faked monotonic clock and hands it to the real `sem_clockwait`, so with +3600 s every
+    timed wait of the process lasts an hour more (a pump under it never finished its 10 s shutdown)."""
     spec = f"{offset_s:+g}s"
     for d in _LIBFAKETIME_DIRS:
         lib = Path(d) / "libfaketimeMT.so.1"
         if lib.exists():
-            return ["env", f"LD_PRELOAD={lib}", f"FAKETIME={spec}"]
-    return ["faketime", "-m", "-f", spec]
+            return ["env", f"LD_PRELOAD={lib}", f"FAKETIME={spec}", "FAKETIME_DONT_FAKE_MONOTONIC=1"]
+    return ["env", "FAKETIME_DONT_FAKE_MONOTONIC=1", "faketime", "-m", "-f", spec]
 
 
 class ClockSkew:

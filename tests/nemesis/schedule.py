@@ -3,7 +3,8 @@
 Every step names one fault kind, its targets and its parameters, how long it holds, and how long the
 cluster gets to recover before the next one.  A `crash` step may follow a heal at once (no recovery
 pause): a crash during recovery from the previous fault.  The same seed always gives the same schedule,
-so a failed run can be replayed from the seed printed with its failure.
+so a failed run can be replayed from the seed printed with its failure.  The first steps take every kind
+once, in a seeded order, so even a short schedule holds each kind of fault.
 """
 
 from __future__ import annotations
@@ -69,9 +70,10 @@ def make_schedule(
     if rounds < 0 or max_hold <= 0 or recover < 0:
         raise ValueError("rounds and recover must be >= 0, max_hold > 0")
     rng = random.Random(seed)
+    first = rng.sample(kinds, len(kinds))  # every kind once (in a seeded order) before any repeats
     steps: list[Step] = []
-    for _ in range(rounds):
-        kind = rng.choice(kinds)
+    for i in range(rounds):
+        kind = first[i] if i < len(first) else rng.choice(kinds)
         hold = round(rng.uniform(1.0, max_hold), 1)
         pause = recover
         if kind == "partition":

@@ -22,6 +22,7 @@ from tests.nemesis.checker import CheckpointSampler, check, read_mysql_tables, r
 from tests.nemesis.history import read_history
 from tests.nemesis.streams import pull_streams
 from tests.nemesis.workload import INITIAL_BALANCE
+from tools.procs import wait_for
 
 pytestmark = pytest.mark.functional
 
@@ -56,8 +57,10 @@ def test_workload_checked_clean_then_lost_row(tmp_path: Path, mysql_server: MySQ
         row = cluster.checkpoint_row()
         assert row is not None
         final_checkpoint = int(row["commitTS"])
-        time.sleep(1.0)  # a few more samples past the final checkpoint
-        samples = sampler.stop()
+        running = sampler
+        seen = len(running.samples.times)
+        wait_for(lambda: len(running.samples.times) >= seen + 2, 10.0, "two more checkpoint samples")
+        samples = running.stop()
         sampler = None
 
         pulled = pull_streams([p.addr for p in cluster.pumps], cluster.cluster_id, upto, idle_timeout=5, timeout=30)

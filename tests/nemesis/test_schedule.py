@@ -23,6 +23,10 @@ def test_a_long_schedule_holds_every_kind_and_crashes_during_recovery() -> None:
     assert all(s.peer for s in steps if s.kind == "partition")
 
 
+def test_a_schedule_as_long_as_the_kinds_holds_each_once() -> None:
+    assert sorted(s.kind for s in make_schedule(11, len(KINDS))) == sorted(KINDS)
+
+
 def test_kinds_can_be_narrowed() -> None:
     steps = make_schedule(3, 50, kinds=("freeze", "crash"), max_freeze=5.0)
     assert {s.kind for s in steps} <= {"freeze", "crash"}
