@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -264,6 +265,10 @@ def totals(outcome: Outcome) -> dict[str, Any]:
     }
 
 
+def _exit_on_signal(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.nemesis.run", description=__doc__.split("\n")[0])
     ap.add_argument("--seed", type=int, default=int(time.time()))
@@ -288,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     if reason:
         print(f"nemesis: cannot run here: {reason}", file=sys.stderr)
         return 3
+    signal.signal(signal.SIGTERM, _exit_on_signal)  # a stopped campaign still tears its cluster down
     base = args.dir or Path(tempfile.mkdtemp(prefix="nemesis-"))
     say(f"nemesis run: seed {args.seed}, {len(schedule)} faults, directory {base}")
     outcome = run(base, mysql, args.seed, schedule)
