@@ -60,6 +60,7 @@ from drainer.puller import Puller
 from drainer.relay import RecoveryResult, RelayMeta, RelaySink, recover, relay_dir_ok
 from drainer.schema import DrainerSchema, EtcdJobSource
 from drainer.sinks.base import Sink
+from drainer.stall import StallMonitor
 from drainer.start_check import check_checkpoint, check_initial, offline_present, online_present
 from drainer.syncer import Syncer
 
@@ -147,6 +148,7 @@ class DrainerApp:
         self.sink: Sink | None = None
         self.syncer: Syncer | None = None
         self.metrics: DrainerMetrics | None = None
+        self.stall: StallMonitor | None = None
         self.grpc: grpc.Server | None = None
         self.grpc_port = 0
         self.http: StatusServer | None = None
@@ -222,7 +224,8 @@ class DrainerApp:
                 sink.close()
                 raise
         self.sink = sink
-        self.metrics = DrainerMetrics.for_drainer(self.pump_positions, merger, self.sink)
+        self.stall = stall = StallMonitor(merger, cfg.pump_stall_report_after, addrs=self._pump_addrs)
+        self.metrics = DrainerMetrics.for_drainer(self.pump_positions, merger, self.sink, stalled=stall.stalled_seconds)
         self.syncer = Syncer(
             merger,
             self.schema,
@@ -254,6 +257,7 @@ class DrainerApp:
         self._heartbeat = threading.Thread(target=self._heartbeat_loop, name="drainer-heartbeat", daemon=True)
         self._heartbeat.start()
         self.collector.start()
+        stall.start()
         log.info(
             "drainer %s is online: gRPC %s, HTTP %s, from commit_ts=%d",
             self.node_id,
@@ -370,6 +374,8 @@ class DrainerApp:
             self._heartbeat.join()
         if self._registered and self._state is NodeState.ONLINE:  # new pumps stop notifying this drainer
             shutdown_step("publish", lambda: self._publish(_TRANSIENT[final]))
+        if self.stall is not None:
+            shutdown_step("close stall monitor", self.stall.close)
         if self.collector is not None:
             shutdown_step("close collector", self.collector.close)
         if self.merger is not None:
@@ -430,6 +436,12 @@ class DrainerApp:
     # ---------------------------------------------------------------- HTTP backend (DrainerHTTPBackend)
     def pump_positions(self) -> dict[str, int]:
         return {} if self.collector is None else self.collector.pump_positions()
+
+    def _pump_addrs(self) -> dict[str, str]:
+        return {} if self.collector is None else {n: p.addr for n, p in self.collector.pullers().items()}
+
+    def stalled_pumps(self) -> list[dict[str, object]]:
+        return [] if self.stall is None else [p.to_json() for p in self.stall.check()]
 
     def last_ts(self) -> int:
         return 0 if self.syncer is None else self.syncer.status().saved_ts

@@ -80,6 +80,8 @@ DEFAULT_SYNCED_CHECK_TIME: Final = 5
 """Minutes without anything to sync after which /status says Synced."""
 DEFAULT_HEARTBEAT_INTERVAL: Final = 1.0
 """Ours as a key; the original's fixed 1 s."""
+DEFAULT_PUMP_STALL_REPORT_AFTER: Final = 30.0
+"""Ours: seconds without a binlog from the pump the merge waits for before it is reported as stalled."""
 DEFAULT_LOG_LEVEL: Final = "info"
 
 # (field name, variable) of [syncer.to] keys whose unset value comes from a MYSQL_* variable.  Not `env`
@@ -131,6 +133,14 @@ class DrainerConfig(NodeAddress):
     heartbeat_interval: Duration = field(
         default=DEFAULT_HEARTBEAT_INTERVAL,
         metadata={"help": "interval of status updates in etcd (ours)", "validate": _positive},
+    )
+    pump_stall_report_after: Duration = field(
+        default=DEFAULT_PUMP_STALL_REPORT_AFTER,
+        metadata={
+            "help": "report the pump the merge waits for as stalled (/status, metrics, log) after this long "
+            "without a binlog from it (ours)",
+            "validate": _positive,
+        },
     )
     log_level: LogLevel = field(default=DEFAULT_LOG_LEVEL, metadata={"help": "log level", "aliases": ("-L",)})
     log_file: str = field(default="", metadata={"help": "log file (default: stderr)"})

@@ -1,7 +1,10 @@
 """The drainer's HTTP API on `status-addr` (docs/architecture.md#http-api).
 
     GET /status      {"PumpPos": {nodeID: last commit_ts received}, "Synced": bool, "LastTS": checkpoint ts,
-                      "TsMap": ""}
+                      "TsMap": "", "stalled_pumps": [{"node_id", "addr", "since": unix time, "seconds",
+                      "last_ts"}, ...]}
+                     stalled_pumps (ours): the pumps the merge waits for that sent nothing for longer than
+                     `pump-stall-report-after` (drainer/stall.py); empty when none.
                      Synced: everything received has been applied and nothing new arrived for
                      `synced-check-time` minutes.
     GET /commit_ts   {"message": "get drainer's latest ts success!", "code": 200, "data": {"ts": N}}
@@ -28,6 +31,10 @@ class DrainerHTTPBackend(Protocol):
 
     def synced(self) -> bool: ...
 
+    def stalled_pumps(self) -> list[dict[str, object]]:
+        """The stalled pumps as JSON objects (drainer/stall.py)."""
+        ...
+
     def last_ts(self) -> int: ...
 
     def apply_action(self, node_id: str, action: str) -> None:
@@ -45,7 +52,13 @@ class _Handler(JsonHandler):
         match parts:
             case ["status"]:
                 if self.allow(method, "GET"):
-                    doc = {"PumpPos": b.pump_positions(), "Synced": b.synced(), "LastTS": b.last_ts(), "TsMap": ""}
+                    doc = {
+                        "PumpPos": b.pump_positions(),
+                        "Synced": b.synced(),
+                        "LastTS": b.last_ts(),
+                        "TsMap": "",
+                        "stalled_pumps": b.stalled_pumps(),
+                    }
                     self.json(HTTPStatus.OK, doc)
             case ["commit_ts"]:
                 if self.allow(method, "GET"):

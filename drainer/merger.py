@@ -32,6 +32,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -162,6 +163,7 @@ class Merger:
         *,
         max_bytes_per_source: int = DEFAULT_MAX_BYTES_PER_SOURCE,
         hold_until_released: bool = False,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if max_bytes_per_source <= 0:
             raise ValueError(f"max_bytes_per_source must be positive, not {max_bytes_per_source}")
@@ -175,6 +177,8 @@ class Merger:
         self._bytes: dict[str, int] = {}  # buffered bytes per source, its head in the core included
         self._receiving: set[str] = set()  # sources whose puller is receiving (see wait_room)
         self._closed = False
+        self._clock = clock
+        self._delivered: dict[str, tuple[float, int]] = {}  # node_id -> (clock when it last put, that commit_ts)
 
     # ------------------------------------------------------------------------------- sources
     def add_source(self, node_id: str) -> None:
@@ -184,6 +188,7 @@ class Merger:
                 return
             self._buffers[node_id] = deque()
             self._bytes[node_id] = 0
+            self._delivered[node_id] = (self._clock(), 0)
             self._core.add_source(node_id)
             self._room.notify_all()
         log.info("merge source added node_id=%s", node_id)
@@ -195,6 +200,7 @@ class Merger:
                 return
             dropped = len(self._buffers.pop(node_id)) + (self._core.remove_source(node_id) is not None)
             del self._bytes[node_id]
+            self._delivered.pop(node_id, None)
             self._receiving.discard(node_id)
             self._ready.notify_all()
             self._room.notify_all()
@@ -208,6 +214,20 @@ class Merger:
         """Bytes `node_id` holds in the merger (its head included); 0 for an unknown source."""
         with self._lock:
             return self._bytes.get(node_id, 0)
+
+    def waiting_for(self) -> list[tuple[str, float, int]]:
+        """The sources the merge waits for now (no head and nothing buffered), each with the `clock` time it
+        last delivered a binlog (or was added, if it never did) and the last commit_ts it delivered (0: none).
+
+        While any of them has nothing, the merged watermark cannot advance: these are the pumps that hold
+        the merge back (a stall report names them once they are quiet for long enough)."""
+        with self._lock:
+            heads = self._core
+            return [
+                (node_id, *self._delivered[node_id])
+                for node_id, buf in self._buffers.items()
+                if not buf and heads.head(node_id) is None
+            ]
 
     @property
     def closed(self) -> bool:
@@ -249,6 +269,7 @@ class Merger:
                 self._room.wait(remaining)
             self._buffers[node_id].append(item)
             self._bytes[node_id] = held + item.size
+            self._delivered[node_id] = (self._clock(), item.commit_ts)
             self._ready.notify()
             return True
 

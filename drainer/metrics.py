@@ -35,6 +35,10 @@ Ours (what the original lacked):
     binlog_drainer_loader_inflight_bytes            gauge: bytes the sink's budget holds (SQL sinks: decoded
                                                     rows added and not yet applied; file sink: encoded
                                                     records not yet fsynced), what `max-inflight-bytes` bounds
+    binlog_drainer_pump_stalled_seconds{nodeID}     gauge: seconds the pump the merge waits for has sent nothing,
+                                                    once over `pump-stall-report-after`; 0 for a pump delivering
+                                                    (drainer/stall.py)
+    binlog_drainer_pump_stalled{nodeID}             gauge: 1 while that pump is stalled, else 0
 
 Pull latency per pump (`binlog_reach_duration_time`, as the original `drainer/pump.go` measured it):
 drainer wall clock when its puller has parsed a binlog received from the pump, minus the physical part
@@ -117,7 +121,10 @@ class _LiveCollector(Collector):
         disorders: Callable[[], int],
         source_bytes: Callable[[], dict[str, int]],
         inflight_bytes: Callable[[], int],
+        *,
+        stalled: Callable[[], dict[str, float]],
     ) -> None:
+        self._stalled = stalled
         self._positions = positions
         self._queue_size = queue_size
         self._disorders = disorders
@@ -149,6 +156,20 @@ class _LiveCollector(Collector):
         with contextlib.suppress(Exception):
             inflight.add_metric([], self._inflight_bytes())
         yield inflight
+        secs = GaugeMetricFamily(
+            "binlog_drainer_pump_stalled_seconds",
+            "seconds the pump the merge waits for has sent nothing, once it counts as stalled (ours)",
+            labels=["nodeID"],
+        )
+        flag = GaugeMetricFamily(
+            "binlog_drainer_pump_stalled", "1 while the pump holds the merge back (ours)", labels=["nodeID"]
+        )
+        with contextlib.suppress(Exception):
+            for node_id, seconds in sorted(self._stalled().items()):
+                secs.add_metric([node_id], seconds)
+                flag.add_metric([node_id], 1.0 if seconds > 0 else 0.0)
+        yield secs
+        yield flag
 
 
 class SourceMetrics:
@@ -201,6 +222,7 @@ class DrainerMetrics:
         *,
         source_bytes: Callable[[], dict[str, int]] = dict,
         inflight_bytes: Callable[[], int] = lambda: 0,
+        stalled: Callable[[], dict[str, float]] = dict,
     ) -> None:
         r = self.registry = CollectorRegistry()
         self.checkpoint_tso = Gauge("binlog_drainer_checkpoint_tso", "save checkpoint tso (physical ms)", registry=r)
@@ -245,16 +267,24 @@ class DrainerMetrics:
             self.event.labels(type="Delete"),
             self.event.labels(type="DDL"),
         )
-        r.register(_LiveCollector(positions, queue_size, disorders, source_bytes, inflight_bytes))
+        r.register(_LiveCollector(positions, queue_size, disorders, source_bytes, inflight_bytes, stalled=stalled))
         r.register(binlogfile_metrics.collector())
         ProcessCollector(registry=r)
         PlatformCollector(registry=r)
         GCCollector(registry=r)
 
     @classmethod
-    def for_drainer(cls, positions: Callable[[], dict[str, int]], merger: Merger, sink: Sink) -> DrainerMetrics:
-        """The metrics of a drainer: live gauges read `merger` and `sink`, and `sink` reports its
-        downstream timings here from now on (call before the sink starts)."""
+    def for_drainer(
+        cls,
+        positions: Callable[[], dict[str, int]],
+        merger: Merger,
+        sink: Sink,
+        *,
+        stalled: Callable[[], dict[str, float]] = dict,
+    ) -> DrainerMetrics:
+        """The metrics of a drainer: live gauges read `merger`, `sink` and `stalled` (seconds per pump,
+        `StallMonitor.stalled_seconds`), and `sink` reports its downstream timings here from now on
+        (call before the sink starts)."""
 
         def source_bytes() -> dict[str, int]:
             return {n: merger.buffered_bytes(n) for n in merger.source_ids()}
@@ -265,6 +295,7 @@ class DrainerMetrics:
             lambda: merger.disorders,
             source_bytes=source_bytes,
             inflight_bytes=lambda: sink.inflight_bytes,
+            stalled=stalled,
         )
         sink.set_observer(metrics.sink)
         return metrics

@@ -170,6 +170,7 @@ def test_alert_rules_are_well_formed() -> None:
         "binlog_pump_storage_available_size_less_than_20G",
         "binlog_drainer_checkpoint_tso_no_change_for_1m",
         "binlog_drainer_execute_duration_time_more_than_10s",
+        "binlog_drainer_pump_stalled",
     ]
     for r in found:
         assert set(r) <= {"alert", "expr", "for", "labels", "annotations"}, r["alert"]

@@ -26,6 +26,7 @@ def test_defaults() -> None:
     assert (cfg.node_id, cfg.data_dir, cfg.pd_urls) == ("", Path("data.drainer"), "http://127.0.0.1:2379")
     assert (cfg.detect_interval, cfg.initial_commit_ts, cfg.synced_check_time) == (5.0, -1, 5)
     assert (cfg.compressor, cfg.heartbeat_interval, cfg.log_level, cfg.log_file) == ("", 1.0, "info", "")
+    assert cfg.pump_stall_report_after == 30.0
     s = cfg.syncer
     assert (s.txn_batch, s.worker_count, s.sync_ddl, s.safe_mode, s.db_type) == (20, 16, True, False, "mysql")
     assert (s.safe_mode_duration, s.max_inflight_bytes) == (300.0, 16 << 20)
@@ -197,6 +198,8 @@ def test_unknown_key_names_it(tmp_path: Path) -> None:
         ('status-addr = "nohost"\n', r"'status-addr': must be host:port"),
         ('addr = "0.0.0.0:8249"\n', r"advertise-addr"),
         ('detect-interval = "0s"\n', r"'detect-interval': must be > 0"),
+        ("pump-stall-report-after = 0\n", r"'pump-stall-report-after': must be > 0"),
+        ('pump-stall-report-after = "-1s"\n', r"'pump-stall-report-after'"),
         ('pd-urls = "ftp://x"\n', r"pd-urls"),
     ],
 )

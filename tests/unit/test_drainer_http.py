@@ -33,6 +33,7 @@ class Backend:
     checkpoint_ts: int = 417_455_000_000_000_000
     actions: list[tuple[str, str]] = field(default_factory=list)
     broken: bool = False
+    stalled: list[dict[str, object]] = field(default_factory=list)
     metrics: DrainerMetrics = field(init=False)
 
     def __post_init__(self) -> None:
@@ -43,6 +44,9 @@ class Backend:
 
     def synced(self) -> bool:
         return self.is_synced
+
+    def stalled_pumps(self) -> list[dict[str, object]]:
+        return list(self.stalled)
 
     def last_ts(self) -> int:
         if self.broken:
@@ -93,12 +97,13 @@ def test_status_shape(api: tuple[Backend, StatusServer]) -> None:
     backend, server = api
     status, doc = get_json(server, "GET", "/status")
     assert status == 200
-    assert list(doc) == ["PumpPos", "Synced", "LastTS", "TsMap"]
+    assert list(doc) == ["PumpPos", "Synced", "LastTS", "TsMap", "stalled_pumps"]
     assert doc == {
         "PumpPos": {"pump-1:8250": PUMP_TS, "pump-2:8250": 42},
         "Synced": True,
         "LastTS": backend.checkpoint_ts,
         "TsMap": "",
+        "stalled_pumps": [],
     }
     backend.is_synced = False
     backend.positions = {}
@@ -107,7 +112,15 @@ def test_status_shape(api: tuple[Backend, StatusServer]) -> None:
         "Synced": False,
         "LastTS": backend.checkpoint_ts,
         "TsMap": "",
+        "stalled_pumps": [],
     }
+
+
+def test_status_names_stalled_pumps(api: tuple[Backend, StatusServer]) -> None:
+    backend, server = api
+    pump = {"node_id": "pump-2:8250", "addr": "127.0.0.1:8250", "since": 1700000000.5, "seconds": 42.0, "last_ts": 42}
+    backend.stalled = [pump]
+    assert get_json(server, "GET", "/status")[1]["stalled_pumps"] == [pump]
 
 
 def test_commit_ts_exact_json(api: tuple[Backend, StatusServer]) -> None:
@@ -217,6 +230,8 @@ def test_metrics(api: tuple[Backend, StatusServer]) -> None:
         "binlog_drainer_read_binlog_size": "histogram",
         "binlog_drainer_merger_buffered_bytes": "gauge",
         "binlog_drainer_loader_inflight_bytes": "gauge",
+        "binlog_drainer_pump_stalled_seconds": "gauge",
+        "binlog_drainer_pump_stalled": "gauge",
     }
 
 
@@ -271,7 +286,10 @@ def test_drainer_app_behind_http() -> None:
     server = StatusServer(app, "127.0.0.1:0")
     server.start()
     try:
-        assert get_json(server, "GET", "/status") == (200, {"PumpPos": {}, "Synced": False, "LastTS": 0, "TsMap": ""})
+        assert get_json(server, "GET", "/status") == (
+            200,
+            {"PumpPos": {}, "Synced": False, "LastTS": 0, "TsMap": "", "stalled_pumps": []},
+        )
         assert get_json(server, "GET", "/commit_ts")[1]["data"] == {"ts": 0}
         assert get_json(server, "PUT", "/state/other:1/pause") == (
             404,

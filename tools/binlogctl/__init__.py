@@ -3,7 +3,10 @@
 Commands (docs/architecture.md#tools; options in tools/binlogctl/options.py, output in tools/binlogctl/render.py):
 
     pumps | drainers        the nodes in etcd (`/tidb-binlog/v1/<kind>/<id>`) as a table, or `--json` the
-                            stored values; offline nodes only with --show-offline-nodes
+                            stored values; offline nodes only with --show-offline-nodes. `drainers` (table)
+                            also asks each online drainer's GET /status which pump, if any, holds its
+                            merge back (`stalled_pumps`), one note line each under the table; a drainer
+                            whose status cannot be fetched is noted so, and the listing still succeeds
     update-pump | update-drainer --node-id ID --state S
                             rewrite the node's etcd value with state S (for dead nodes: a running node
                             republishes its own state with its next heartbeat). One etcd compare-and-put
@@ -60,7 +63,7 @@ from tools.binlogctl.options import (
     Options,
     parse,
 )
-from tools.binlogctl.render import json_list, node_table, savepoint_text
+from tools.binlogctl.render import json_list, node_table, savepoint_text, stall_notes, stalled_text
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +177,36 @@ def apply_action(
     return _message(body) or body.decode("utf-8", "replace").strip()
 
 
+def fetch_status(addr: str, timeout: float, *, tls: TLS | None = None) -> object:
+    """GET /status of the node at `addr` (HTTPS with `tls`), parsed; CommandError saying why not."""
+    scheme = "http" if tls is None else "https"
+    context = None if tls is None else tls.client_ssl_context()
+    try:
+        with urllib.request.urlopen(f"{scheme}://{addr}/status", timeout=timeout, context=context) as resp:
+            body = resp.read()
+    except urllib.error.HTTPError as exc:
+        raise CommandError(f"{addr} answered HTTP {exc.code}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        why = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        raise CommandError(f"cannot reach {addr}: {why}") from None
+    try:
+        return json.loads(body)
+    except ValueError:
+        raise CommandError(f"{addr} answered something that is not JSON") from None
+
+
+def drainer_stall_note(status: NodeStatus, timeout: float, *, tls: TLS | None = None) -> str:
+    """The note `drainers` prints for an online drainer: its stalled pumps, or why they are unknown."""
+    addr = status_addr_of(NodeKind.DRAINER, status)
+    if addr is None:
+        return "status unavailable: it publishes no status address"
+    try:
+        doc = fetch_status(addr, timeout, tls=tls)
+    except CommandError as exc:
+        return f"status unavailable: {exc}"
+    return stalled_text(doc)
+
+
 def _message(body: bytes) -> str:
     try:
         doc = json.loads(body)
@@ -246,6 +279,10 @@ class Ctl:
         else:
             statuses = [s for _, s in shown]
             self.out.write(node_table(statuses, self.opts.time_zone, hidden_offline=len(nodes) - len(shown)))
+            if kind is NodeKind.DRAINER:
+                online = [s for s in statuses if s.state is NodeState.ONLINE]
+                t, tls = min(self.opts.timeout, 3.0), self.opts.tls
+                self.out.write(stall_notes([(s.node_id, drainer_stall_note(s, t, tls=tls)) for s in online]))
 
     def update(self, kind: NodeKind) -> None:
         opts = self.opts

@@ -6,6 +6,14 @@ precision in the chosen zone, `-` for 0:
     NodeID  Addr             State   MaxCommitTS         MaxCommitTime                UpdateTime
     pump0   127.0.0.1:8250   online  449572212541276161  2024-05-01 10:00:00.123 UTC  2024-05-01 10:00:02.456 UTC
 
+`drainers` adds one note per online drainer under the table, from its HTTP `/status` (`stalled_pumps`:
+the pumps its merge waits for that sent nothing for longer than its `pump-stall-report-after`).  Notes
+start with `(` like the offline note, so the table's columns stay the original's:
+
+    (drainer d1: stalled: pump1 at 127.0.0.1:8250 for 42s, last commit_ts 449572212541276161)
+    (drainer d2: no stalled pump)
+    (drainer d3: status unavailable: cannot reach 127.0.0.1:18249: connection refused)
+
 `--json`: a JSON array whose items are the etcd values byte for byte, one per line.
 
 Savepoint (`generate_meta`, `<data-dir>/savepoint`), TOML as the drainer's file checkpoint reads it
@@ -63,6 +71,34 @@ def node_table(nodes: Sequence[NodeStatus], zone: tzinfo | None = None, *, hidde
     if hidden_offline:
         text += f"({hidden_offline} offline node{'s' if hidden_offline > 1 else ''} hidden; --show-offline-nodes)\n"
     return text
+
+
+def stalled_text(doc: object) -> str:
+    """What a drainer's `/status` document says about stalled pumps, for its note under the table."""
+    pumps = doc.get("stalled_pumps") if isinstance(doc, dict) else None
+    if not isinstance(pumps, list):
+        return "status unavailable: its /status has no stalled_pumps (an older drainer?)"
+    if not pumps:
+        return "no stalled pump"
+    parts = []
+    for p in pumps:
+        if not isinstance(p, dict):
+            continue
+        text = f"{p.get('node_id', '?')}"
+        if p.get("addr"):
+            text += f" at {p['addr']}"
+        seconds = p.get("seconds")
+        if isinstance(seconds, int | float):
+            text += f" for {seconds:.0f}s"
+        if p.get("last_ts"):
+            text += f", last commit_ts {p['last_ts']}"
+        parts.append(text)
+    return "stalled: " + "; ".join(parts)
+
+
+def stall_notes(notes: Sequence[tuple[str, str]]) -> str:
+    """One `(drainer ID: text)` line per (node id, text)."""
+    return "".join(f"(drainer {node_id}: {text})\n" for node_id, text in notes)
 
 
 def json_list(values: Sequence[bytes]) -> str:
