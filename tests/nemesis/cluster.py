@@ -32,7 +32,12 @@ PUMP_ARGS = [
     "--storage.resolve-interval", "0.5",
     "--storage.stop-write-at-available-space", "4MiB",
 ]  # fmt: skip
-DRAINER_ARGS = ["--detect-interval", "1", "--syncer.safe-mode-duration", "0s", "--initial-commit-ts", "0"]
+DRAINER_ARGS = [
+    "--detect-interval", "1",
+    "--syncer.safe-mode-duration", "0s",
+    "--initial-commit-ts", "0",
+    "--pump-stall-report-after", "3s",
+]  # fmt: skip
 MYSQL_PROXY_PORT = 13306
 ETCD_PORT, PD_PORT, GRPC_PORT, STATUS_PORT = 2379, 2390, 8250, 8251
 
