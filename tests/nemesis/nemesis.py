@@ -309,26 +309,22 @@ def _on_tmpfs(path: Path) -> bool:
     return fstype == "tmpfs"
 
 
-_LIBFAKETIME_DIRS = ("/usr/lib/x86_64-linux-gnu/faketime", "/usr/lib/aarch64-linux-gnu/faketime", "/usr/lib/faketime")
+SKEW_DIR = Path(__file__).resolve().parent / "skew"
+"""Holds the `sitecustomize` that shifts a Python process's wall clock by NEMESIS_CLOCK_OFFSET."""
 
 
 def faketime_prefix(offset_s: float) -> list[str]:
-    """argv prefix that runs a process with its clock `offset_s` seconds off (libfaketime, as `faketime -f`).
+    """argv prefix that runs one of our Python daemons with its wall clock `offset_s` seconds off.
 
-    Where the multi-threaded libfaketime is found this is `env LD_PRELOAD=... FAKETIME=+Ns`: `env` execs,
-    so the process's pid stays the node's own (the `faketime` binary forks and waits, so its pid would be
-    faketime's).  Otherwise `faketime -m -f +Ns`; signal the process group then.
-
-    Only the wall clock is skewed (`FAKETIME_DONT_FAKE_MONOTONIC=1`): a skewed host's monotonic clock
-    still measures elapsed time.  Faking CLOCK_MONOTONIC too breaks timed waits: CPython computes a lock's
-    deadline from the faked monotonic clock and hands it to the real `sem_clockwait`, so with +3600 s every
-    timed wait of the process lasts an hour more (a pump under it never finished its 10 s shutdown)."""
-    spec = f"{offset_s:+g}s"
-    for d in _LIBFAKETIME_DIRS:
-        lib = Path(d) / "libfaketimeMT.so.1"
-        if lib.exists():
-            return ["env", f"LD_PRELOAD={lib}", f"FAKETIME={spec}", "FAKETIME_DONT_FAKE_MONOTONIC=1"]
-    return ["env", "FAKETIME_DONT_FAKE_MONOTONIC=1", "faketime", "-m", "-f", spec]
+    `env` execs, so the process's pid stays the node's own.  The shift is done inside the process
+    (`tests/nemesis/skew/sitecustomize.py`: `time.time` and `time.time_ns`); the monotonic clock, sleeps
+    and timed waits stay true.  libfaketime cannot do that here: with CLOCK_MONOTONIC faked too, CPython
+    hands a faked deadline to the real `sem_clockwait`, so with +3600 s every timed wait lasts an hour
+    more (a pump never finished its 10 s shutdown); with `FAKETIME_DONT_FAKE_MONOTONIC=1`, libfaketime
+    0.9.10's `clock_nanosleep` fails and `time.sleep` raises EINVAL.  (libfaketime never reached etcd, a
+    Go binary, either.)"""
+    path = os.pathsep.join(p for p in (str(SKEW_DIR), os.environ.get("PYTHONPATH", "")) if p)
+    return ["env", f"PYTHONPATH={path}", f"NEMESIS_CLOCK_OFFSET={offset_s:g}"]
 
 
 class ClockSkew:

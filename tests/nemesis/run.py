@@ -127,7 +127,7 @@ def restarter(c: NemesisCluster, name: str) -> Callable[[], None]:
 
 
 def prefix_restarter(c: NemesisCluster, name: str) -> Callable[[list[str]], None]:
-    """Restart a pump or the drainer behind `extra` (e.g. faketime) inside its namespace."""
+    """Restart a pump or the drainer behind `extra` (e.g. a skewed clock) inside its namespace."""
     node = c.drainer if name == "drainer" else next(p for p in c.pumps if p.name == name)
     assert node is not None
     base_prefix = c.hosts[name].prefix_argv()

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness.mysql import MySQLDSN
-from tests.nemesis.hosts import Host, Network, require_netns, run, sweep
+from tests.nemesis.hosts import Host, Network, run, sweep
 from tests.nemesis.nemesis import (
     Bandwidth,
     ClockSkew,
@@ -130,12 +130,7 @@ except Exception as exc:
 
 
 @pytest.fixture
-def net() -> Iterator[Network]:
-    reason = require_netns()
-    if reason is not None:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI=true but the nemesis suite cannot run: {reason}")
-        pytest.skip(reason)
+def net(netns: None) -> Iterator[Network]:
     network = Network()
     try:
         network.open()

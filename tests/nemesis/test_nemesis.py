@@ -3,13 +3,11 @@ fixed seed, then the independent checker (`make nemesis` runs the long campaigns
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 from tests.harness.mysql import MySQLDSN
-from tests.nemesis.hosts import require_netns
 from tests.nemesis.run import run, totals
 from tests.nemesis.schedule import KINDS, make_schedule
 
@@ -17,15 +15,6 @@ pytestmark = pytest.mark.functional
 
 SEED = 20261127
 ROUNDS = 8
-
-
-@pytest.fixture
-def netns() -> None:
-    reason = require_netns()
-    if reason:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"the nemesis tier cannot run under CI: {reason}")
-        pytest.skip(reason)
 
 
 @pytest.mark.timeout(420)

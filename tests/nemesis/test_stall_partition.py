@@ -3,7 +3,6 @@ partition holds, and stops naming it within seconds after the heal."""
 
 from __future__ import annotations
 
-import os
 import time
 import urllib.request
 from pathlib import Path
@@ -13,7 +12,6 @@ import pytest
 
 from tests.harness.mysql import MySQLDSN
 from tests.nemesis.cluster import nemesis_cluster
-from tests.nemesis.hosts import require_netns
 from tests.nemesis.nemesis import Partition
 from tools.procs import wait_for
 
@@ -21,15 +19,6 @@ pytestmark = pytest.mark.functional
 
 REPORTED_WITHIN = 30.0
 CLEARED_WITHIN = 15.0
-
-
-@pytest.fixture
-def netns() -> None:
-    reason = require_netns()
-    if reason:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"the nemesis tier cannot run under CI: {reason}")
-        pytest.skip(reason)
 
 
 def stalled(status: dict[str, Any]) -> list[str]:
