@@ -42,14 +42,14 @@ proto: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/codec.py
 
-# The nemesis tests put nodes in network namespaces and need nftables (partitions, packet loss).  As root on
-# Debian it is installed here when missing; elsewhere the nemesis tests skip with the reason (and fail under
-# CI=true).
+# The nemesis tests put nodes in network namespaces and need nftables (partitions, packet loss) and faketime
+# (clock skew).  As root on Debian they are installed here when missing; elsewhere the nemesis tests skip
+# with the reason (and fail under CI=true).
 sysdeps:
-	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && ! command -v nft >/dev/null; then \
-	  echo "installing nftables (apt-get) for the nemesis tests"; \
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && ! { command -v nft && command -v faketime; } >/dev/null; then \
+	  echo "installing nftables and faketime (apt-get) for the nemesis tests"; \
 	  export DEBIAN_FRONTEND=noninteractive; \
-	  apt-get install -y -q nftables >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q nftables >/dev/null; }; \
+	  apt-get install -y -q nftables faketime >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q nftables faketime >/dev/null; }; \
 	fi
 
 # A nemesis campaign: random faults between hosts (see tests/nemesis/), then the history checker.

@@ -310,21 +310,35 @@ def _on_tmpfs(path: Path) -> bool:
 
 
 SKEW_DIR = Path(__file__).resolve().parent / "skew"
-"""Holds the `sitecustomize` that shifts a Python process's wall clock by NEMESIS_CLOCK_OFFSET."""
+"""Holds the `sitecustomize` that keeps `time.sleep` working in a skewed process."""
+_LIBFAKETIME_DIRS = ("/usr/lib/x86_64-linux-gnu/faketime", "/usr/lib/aarch64-linux-gnu/faketime", "/usr/lib/faketime")
 
 
 def faketime_prefix(offset_s: float) -> list[str]:
     """argv prefix that runs one of our Python daemons with its wall clock `offset_s` seconds off.
 
-    `env` execs, so the process's pid stays the node's own.  The shift is done inside the process
-    (`tests/nemesis/skew/sitecustomize.py`: `time.time` and `time.time_ns`); the monotonic clock, sleeps
-    and timed waits stay true.  libfaketime cannot do that here: with CLOCK_MONOTONIC faked too, CPython
-    hands a faked deadline to the real `sem_clockwait`, so with +3600 s every timed wait lasts an hour
-    more (a pump never finished its 10 s shutdown); with `FAKETIME_DONT_FAKE_MONOTONIC=1`, libfaketime
-    0.9.10's `clock_nanosleep` fails and `time.sleep` raises EINVAL.  (libfaketime never reached etcd, a
-    Go binary, either.)"""
+    libfaketime (preloaded by `env`, which execs: the pid stays the node's own) shifts CLOCK_REALTIME
+    for the whole process, Python and grpc's C core alike, as on a host whose clock is wrong; a shift
+    of Python's `time.time` alone would not do: grpc turns timeouts into realtime deadlines in Python
+    and checks them in C, so every RPC of a process 5 minutes behind timed out at once.  The monotonic
+    clock stays true (`FAKETIME_DONT_FAKE_MONOTONIC=1`): faked too, CPython hands faked deadlines to
+    the real `sem_clockwait` and every timed wait of a process an hour ahead lasts an hour more.  With
+    it true, libfaketime 0.9.10's `clock_nanosleep` fails, so `tests/nemesis/skew/sitecustomize.py`
+    makes `time.sleep` wait on a lock instead.  (libfaketime does not reach etcd, a Go binary.)"""
+    lib = next(
+        (Path(d) / "libfaketimeMT.so.1" for d in _LIBFAKETIME_DIRS if (Path(d) / "libfaketimeMT.so.1").exists()), None
+    )
+    if lib is None:
+        raise NemesisError("clock skew needs libfaketime (Debian package faketime)")
     path = os.pathsep.join(p for p in (str(SKEW_DIR), os.environ.get("PYTHONPATH", "")) if p)
-    return ["env", f"PYTHONPATH={path}", f"NEMESIS_CLOCK_OFFSET={offset_s:g}"]
+    return [
+        "env",
+        f"LD_PRELOAD={lib}",
+        f"FAKETIME={offset_s:+g}s",
+        "FAKETIME_DONT_FAKE_MONOTONIC=1",
+        "NEMESIS_SKEWED=1",
+        f"PYTHONPATH={path}",
+    ]
 
 
 class ClockSkew:

@@ -1,15 +1,23 @@
-"""Clock skew for a Python process of the nemesis suite: with NEMESIS_CLOCK_OFFSET=<seconds> in its
-environment, `time.time()` and `time.time_ns()` read that far off; the monotonic clock, sleeps and timed
-waits are untouched, as on a host whose wall clock is wrong.  Loaded by `site` at start-up when this
-directory is on PYTHONPATH (see `tests.nemesis.nemesis.faketime_prefix`)."""
+"""Loaded by `site` at start-up into a process the nemesis suite runs with a skewed wall clock (this
+directory on PYTHONPATH, libfaketime preloaded with FAKETIME_DONT_FAKE_MONOTONIC=1; see
+`tests.nemesis.nemesis.skew_prefix`).
+
+libfaketime shifts CLOCK_REALTIME for the whole process (Python and grpc's C core alike, as on a host
+whose clock is wrong) and leaves CLOCK_MONOTONIC true, but its `clock_nanosleep` then fails, so
+`time.sleep` raises EINVAL.  Here `time.sleep` waits on the monotonic clock through a lock instead,
+which libfaketime leaves alone."""
 
 import os
+import threading
 import time
 
-_offset = os.environ.get("NEMESIS_CLOCK_OFFSET")
-if _offset:
-    _shift = float(_offset)
-    _shift_ns = int(_shift * 1_000_000_000)
-    _time, _time_ns = time.time, time.time_ns
-    time.time = lambda: _time() + _shift
-    time.time_ns = lambda: _time_ns() + _shift_ns
+if os.environ.get("NEMESIS_SKEWED"):
+    _never = threading.Lock()
+    _never.acquire()
+
+    def _sleep(seconds: float) -> None:
+        if seconds < 0:
+            raise ValueError("sleep length must be non-negative")
+        _never.acquire(timeout=seconds)
+
+    time.sleep = _sleep  # type: ignore[assignment]
