@@ -19,9 +19,10 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+
+from common.backoff import poll_until
 
 log = logging.getLogger(__name__)
 
@@ -128,14 +129,8 @@ def port_open(host: str, port: int, timeout: float = 0.2) -> bool:
 
 
 def wait_for(cond: Callable[[], bool], timeout: float, what: str, interval: float = 0.05) -> None:
-    """Poll `cond` until it is true or raise TimeoutError naming `what`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if cond():
-            return
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.1f}s waiting for {what}")
-        time.sleep(interval)
+    """Poll `cond` until it is true or raise TimeoutError (`common.backoff.WaitTimeoutError`) naming `what`."""
+    poll_until(lambda: True if cond() else None, timeout, interval, what=what)
 
 
 class ManagedProcess:

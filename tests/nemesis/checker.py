@@ -102,6 +102,13 @@ class Samples:
             self.first_seen.setdefault(i, k)
 
 
+def checkpoint_ts(cur: Any, table: str, cluster_id: int) -> int | None:
+    """The commitTS of the drainer's checkpoint row of `cluster_id` in `table` (quoted), None without one."""
+    cur.execute(f"SELECT checkPoint FROM {table} WHERE clusterID = %s", (cluster_id,))
+    row = cur.fetchone()
+    return None if row is None else int(json.loads(row[0])["commitTS"])
+
+
 class CheckpointSampler:
     """A thread that every SAMPLE_INTERVAL reads the drainer checkpoint row of `cluster_id` from the
     downstream MySQL, then the insert ids of `inserts_table` (``db.table``), into :attr:`samples`.
@@ -139,12 +146,11 @@ class CheckpointSampler:
     def sample_once(self, conn: Any) -> bool:
         """One sample on `conn`; False when there is no checkpoint yet."""
         with conn.cursor() as cur:
-            cur.execute(f"SELECT checkPoint FROM {self.checkpoint_table} WHERE clusterID = %s", (self.cluster_id,))
-            row = cur.fetchone()
+            found = checkpoint_ts(cur, self.checkpoint_table, self.cluster_id)
             t = time.time()
-            if row is None:
+            if found is None:
                 return False
-            checkpoint = int(json.loads(row[0])["commitTS"])
+            checkpoint = found
             try:
                 cur.execute(f"SELECT id FROM {self.inserts_table}")
                 ids = [int(r[0]) for r in cur.fetchall()]

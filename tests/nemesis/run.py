@@ -155,13 +155,10 @@ def read_checkpoint(c: NemesisCluster, cluster_id: int) -> int:
     """The drainer's saved checkpoint (0 before its first save), read straight from MySQL."""
     with contextlib.closing(c.connect_mysql()) as conn, conn.cursor() as cur:
         try:
-            cur.execute(
-                f"SELECT checkPoint FROM `{c.checkpoint_schema}`.`checkpoint` WHERE clusterID = %s", (cluster_id,)
-            )
+            found = checker.checkpoint_ts(cur, f"`{c.checkpoint_schema}`.`checkpoint`", cluster_id)
         except pymysql.MySQLError:
             return 0
-        row = cur.fetchone()
-    return 0 if row is None else int(json.loads(row[0])["commitTS"])
+    return found or 0
 
 
 def run(base: Path, mysql: MySQLDSN, seed: int, schedule: list[Step]) -> Outcome:
