@@ -206,6 +206,45 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+@dataclass(frozen=True)
+class ProcUsage:
+    """CPU seconds (user, kernel) of a whole process and the context switches of its live threads."""
+
+    user: float
+    system: float
+    ctx_switches: int
+
+    def __sub__(self, other: ProcUsage) -> ProcUsage:
+        return ProcUsage(self.user - other.user, self.system - other.system, self.ctx_switches - other.ctx_switches)
+
+    def per(self, n: int) -> dict[str, float]:
+        """Per unit of work (a binlog): CPU µs, the kernel's share of it, context switches."""
+        cpu = self.user + self.system
+        return {
+            "cpu_us": cpu / n * 1e6 if n else float("nan"),
+            "kernel_share": self.system / cpu if cpu else float("nan"),
+            "ctx_switches": self.ctx_switches / n if n else float("nan"),
+        }
+
+
+def proc_usage(pid: int) -> ProcUsage:
+    """/proc/<pid>/stat's utime and stime (every thread, exited ones included) and the voluntary and
+    involuntary context switches summed over /proc/<pid>/task/*/status (live threads)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    switches = 0
+    for status in Path(f"/proc/{pid}/task").glob("*/status"):
+        try:
+            text = status.read_text()
+        except OSError:  # the thread ended meanwhile
+            continue
+        for line in text.splitlines():
+            if line.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")):
+                switches += int(line.split()[1])
+    return ProcUsage(int(fields[11]) / tick, int(fields[12]) / tick, switches)
+
+
 def peak_rss_mb(pid: int) -> float | None:
     try:
         with open(f"/proc/{pid}/status") as f:

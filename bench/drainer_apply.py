@@ -7,19 +7,24 @@ dropped at the end.  Three loads of ``--rows`` rows each, as upstream transactio
 
 * ``insert``: new rows into an empty table;
 * ``update``: every row of a full table once, in random order, ``k``, ``c`` and ``pad`` changed;
-* ``delete``: every row of a full table once, in random order.
+* ``delete``: every row of a full table once, in random order;
+* ``hot``: ``--rows`` updates of a table of ``--rows / 10`` rows, each of a random row (so a row
+  is changed about 10 times): what ``merge`` collapses.
 
 For each worker count in ``--workers`` (default 1, 4, 16), each run measures
 
 * ``loader``: ``MySQLSink(worker_count=w, txn_batch=--txn-batch)`` (normal mode): ``add`` of
   every transaction, then ``flush``; connections are opened before the clock starts;
+* ``merge``: the same with ``merge=True`` (``[syncer.to] merge``: each batch merged by primary key,
+  applied as multi-row ``REPLACE`` and ``DELETE .. IN``);
 * ``raw``: the same rows over ``w`` pymysql connections in ``w`` threads (rows split by id),
   ``--txn-batch`` rows per transaction: multi-row ``REPLACE INTO ... VALUES (..),(..)`` for
   inserts (pymysql ``executemany``), one ``UPDATE ... WHERE id = %s`` / ``DELETE ... WHERE id = %s``
   per row for updates and deletes.
 
-in alternating order, after a table reset that is not timed.  Reported per load and worker count:
-medians over ``--runs`` of rows/s and ``ratio`` = loader / raw (target: >= 0.5 for every load);
+in rotating order, after a table reset that is not timed.  Reported per load and worker count:
+medians over ``--runs`` of rows/s (DMLs applied per second), ``ratio`` = loader / raw (target: >= 0.5
+for every load), ``merge_ratio`` = merge / raw and ``merge_vs_loader`` = merge / loader;
 every run's table contents are checked (row count and ``SUM(k)``).  One JSON object goes to
 stdout, progress to stderr; exit status 1 if a check failed.
 
@@ -49,7 +54,10 @@ from upstream.ddl import Column, Planner
 from upstream.workloads.gen import sysbench_text
 
 TARGET_RATIO = 0.5
-LOADS = ("insert", "update", "delete")
+LOADS = ("insert", "update", "delete", "hot")
+MODES = ("loader", "merge", "raw")
+HOT_SPREAD = 10
+"""``hot``: updates per row, on average."""
 COLUMNS = [
     Column("id", "BIGINT"),
     Column("k", "INT", nullable=False, default=0),
@@ -153,6 +161,17 @@ class Bench:
             rows = [self.row(i) for i in range(1, n + 1)]
             dmls = [DML(DMLType.INSERT, shape, values=r, size=ROW_BYTES) for r in rows]
             return [], rows, self.txns(dmls), rows
+        if load == "hot":
+            current = {i: self.row(i) for i in range(1, max(1, n // HOT_SPREAD) + 1)}
+            start = sorted(current.values())
+            dmls, raw = [], []
+            for _ in range(n):
+                old = current[self.rng.randint(1, len(current))]
+                new = (old[0], *self.row(old[0])[1:])
+                current[old[0]] = new
+                dmls.append(DML(DMLType.UPDATE, shape, values=new, old_values=old, size=2 * ROW_BYTES))
+                raw.append(new)
+            return start, raw, self.txns(dmls), sorted(current.values())
         before = [self.row(i) for i in range(1, n + 1)]
         order = self.rng.sample(before, n)
         if load == "update":
@@ -162,8 +181,8 @@ class Bench:
         dmls = [DML(DMLType.DELETE, shape, old_values=r, size=ROW_BYTES) for r in order]
         return before, order, self.txns(dmls), []
 
-    def run_loader(self, workers: int, txns: list[Txn]) -> float:
-        sink = MySQLSink(**self.server, worker_count=workers, txn_batch=self.args.txn_batch)
+    def run_loader(self, workers: int, txns: list[Txn], merge: bool = False) -> float:
+        sink = MySQLSink(**self.server, worker_count=workers, txn_batch=self.args.txn_batch, merge=merge)
         done: list[int] = []
         sink.start(done.append)
         try:
@@ -192,7 +211,7 @@ class Bench:
                         chunk = part[i : i + batch]
                         if load == "insert":
                             cur.executemany("REPLACE INTO sbtest (id, k, c, pad) VALUES (%s,%s,%s,%s)", chunk)
-                        elif load == "update":
+                        elif load in ("update", "hot"):
                             for r in chunk:
                                 cur.execute("UPDATE sbtest SET k=%s, c=%s, pad=%s WHERE id=%s", (*r[1:], r[0]))
                         else:
@@ -216,23 +235,29 @@ class Bench:
         return elapsed
 
     def measure(self, load: str, workers: int, errors: list[str]) -> dict[str, Any]:
-        runs: dict[str, list[float]] = {"loader": [], "raw": []}
+        runs: dict[str, list[float]] = {mode: [] for mode in MODES}
         for run in range(self.args.runs):
             before, raw_rows, txns, after = self.prepare(load)
-            order = ("loader", "raw") if run % 2 == 0 else ("raw", "loader")
+            order = MODES[run % len(MODES) :] + MODES[: run % len(MODES)]
             for mode in order:
                 self.reset(before)
-                secs = self.run_loader(workers, txns) if mode == "loader" else self.run_raw(load, workers, raw_rows)
+                if mode == "raw":
+                    secs = self.run_raw(load, workers, raw_rows)
+                else:
+                    secs = self.run_loader(workers, txns, merge=mode == "merge")
                 bad = self.check(after)
                 if bad:
                     errors.append(f"{load} w={workers} {mode}: {bad}")
                 runs[mode].append(len(raw_rows) / secs)
                 log(f"{load:6} workers={workers:2} {mode:6} {runs[mode][-1]:9.0f} rows/s")
-        loader, raw = median(runs["loader"]), median(runs["raw"])
+        loader, merge, raw = median(runs["loader"]), median(runs["merge"]), median(runs["raw"])
         return {
             "loader_rows_per_s": round(loader),
+            "merge_rows_per_s": round(merge),
             "raw_rows_per_s": round(raw),
             "ratio": round(loader / raw, 3),
+            "merge_ratio": round(merge / raw, 3),
+            "merge_vs_loader": round(merge / loader, 3),
             "runs": {k: [round(v) for v in vs] for k, vs in runs.items()},
         }
 
@@ -252,7 +277,7 @@ def main() -> int:
     ap.add_argument("--rows-per-txn", type=int, default=10, help="DMLs per upstream transaction (default 10)")
     ap.add_argument("--txn-batch", type=int, default=20, help="DMLs per downstream transaction (default 20)")
     ap.add_argument("--runs", type=int, default=3, help="runs; medians are reported (default 3)")
-    ap.add_argument("--loads", default=",".join(LOADS), help="comma list of insert,update,delete")
+    ap.add_argument("--loads", default=",".join(LOADS), help="comma list of insert,update,delete,hot")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--quick", action="store_true", help="smoke run: 1 run of 2000 rows")
     args = ap.parse_args()
@@ -281,6 +306,7 @@ def main() -> int:
         "workers": args.workers,
         "results": results,
         "min_ratio": ratios,
+        "merge_vs_loader": {load: {w: r["merge_vs_loader"] for w, r in by_w.items()} for load, by_w in results.items()},
         "target_ratio": TARGET_RATIO,
         "target_met": all(r >= TARGET_RATIO for r in ratios.values()),
         "errors": errors,

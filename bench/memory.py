@@ -164,6 +164,21 @@ class Server:
         return Server(host or "127.0.0.1", int(port or 3306), user or "root", password)
 
 
+def start_cluster(tmp: Path, etcd_server: EtcdProcess, pumps: list[PumpProcess], n: int, upstream: Path) -> PDProcess:
+    """etcd, pd-server and `n` pumps (appended to `pumps` as each starts, so a failure stops the ones
+    already up) reading the writer's txn-status store at `upstream`; the pd-server."""
+    log(f"cluster in {tmp}: etcd, pd-server, {n} pumps")
+    etcd_server.start()
+    pd = PDProcess(tmp, etcd_server.url)
+    pd.start()
+    for i in range(n):
+        extra = [*PUMP_ARGS, "--upstream.txn-status-dsn", f"sqlite:///{upstream}"]
+        pump = PumpProcess(tmp, etcd_server.url, name=f"pump{i}", extra_args=extra)
+        pump.start()
+        pumps.append(pump)
+    return pd
+
+
 def dir_bytes(path: Path) -> int:
     total = 0
     for root, _dirs, files in os.walk(path):
@@ -304,15 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {"bench": "memory", "env": env_info(), "downstream": args.downstream}
     ok = False
     try:
-        log(f"cluster in {tmp}: etcd, pd-server, {args.pumps} pumps")
-        etcd_server.start()
-        pd = PDProcess(tmp, etcd_server.url)
-        pd.start()
-        for i in range(args.pumps):
-            extra = [*PUMP_ARGS, "--upstream.txn-status-dsn", f"sqlite:///{upstream_path}"]
-            pump = PumpProcess(tmp, etcd_server.url, name=f"pump{i}", extra_args=extra)
-            pump.start()
-            pumps.append(pump)
+        pd = start_cluster(tmp, etcd_server, pumps, args.pumps, upstream_path)
         etcd = EtcdClient(etcd_server.url)
         cluster_id = read_cluster_id(etcd) or 0
         tso = TSOClient(etcd)

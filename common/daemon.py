@@ -73,7 +73,7 @@ def run_daemon(
 ) -> int:
     """Run one daemon to its end; `notifier` defaults to the one NOTIFY_SOCKET names (tests pass theirs)."""
     if print_config:
-        sys.stdout.write(dump(cfg))
+        sys.stdout.write(dump(cfg) + start_notes(cfg))
         return 0
     cfg.check_supported()
     setup_daemon_logging(cfg)
@@ -112,6 +112,31 @@ def run_daemon(
         if watchdog is not None:
             watchdog.stop()
         systemd.close()
+
+
+def refusals(cfg: DaemonConfig) -> list[str]:
+    """Why the daemon would refuse this config at start: every reason when the config lists them
+    (`refusals()`), else the one `check_supported()` raises; [] when it would start."""
+    listed = getattr(cfg, "refusals", None)
+    if callable(listed):
+        return [str(r) for r in listed()]
+    try:
+        cfg.check_supported()
+    except ConfigError as exc:
+        return [str(exc)]
+    return []
+
+
+def start_notes(cfg: DaemonConfig) -> str:
+    """`--print-config`'s trailer: TOML comments naming the settings refused at start (exit status 2) and the
+    keys ignored with a warning; empty when there is neither."""
+    refused, ignored = refusals(cfg), list(cfg.ignored_keys())
+    if not refused and not ignored:
+        return ""
+    lines = ["", "# At start (not config keys):"]
+    lines += [f"# REFUSED (the daemon exits with status 2): {r}" for r in refused]
+    lines += [f"# ignored (a warning is logged): {w}" for w in ignored]
+    return "\n".join(lines) + "\n"
 
 
 def setup_daemon_logging(cfg: DaemonConfig) -> None:

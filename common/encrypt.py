@@ -11,20 +11,23 @@ Layout of an encrypted text:
       ciphertext is as long as the plaintext (`cryptography` >= 47 keeps CFB in its `decrepit` package).
       There is no MAC: a wrong key is noticed only when the result is not UTF-8 (short texts may decrypt
       to garbage that happens to be UTF-8).
-    - key: `BINLOG_SECRET_KEY` in the environment, hex, 16/24/32 bytes (AES-128/192/256); when unset, a
-      built-in default key.
+    - key: `BINLOG_SECRET_KEY` in the environment, hex, 16/24/32 bytes (AES-128/192/256); when unset, the
+      original's built-in default key (`DEFAULT_KEY`, AES-256), so an `encrypted_password` the original's
+      `binlogctl -cmd encrypt` wrote decrypts here, and the other way round.
 
-**Differs from the original:** the built-in default key is our own (the reference does not record the
-original's bytes), so a text the original encrypted with *its* default key does not decrypt here. Set the
-same `BINLOG_SECRET_KEY` on both sides to move encrypted texts between them. The default key is published
-in this file: it hides a password from a casual reader of the config, nothing more.
+The default key is public (it is in the original's source and in this file): it hides a password from a
+casual reader of the config, nothing more.  As the original, the first encryption or decryption with it
+logs one WARNING per process (`DEFAULT_KEY_WARNING`) saying to set `BINLOG_SECRET_KEY` (one more when the
+first went out before logging was set up: `_warn_default_key`).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import logging
 import os
+import threading
 from collections.abc import Mapping
 from typing import Final
 
@@ -35,6 +38,7 @@ from common.errors import ConfigError
 
 __all__ = [
     "DEFAULT_KEY",
+    "DEFAULT_KEY_WARNING",
     "KEY_ENV",
     "EncryptError",
     "decrypt",
@@ -49,8 +53,14 @@ KEY_SIZES: Final = (16, 24, 32)
 IV_SIZE: Final = 16
 """The AES block size: CFB's iv is one block."""
 SEPARATOR: Final = b"@"
-DEFAULT_KEY: Final = bytes.fromhex("6f2d1c84b95e0a7d33c8e1f4a7025b96d4e80b1f6c39a5727e14d9b0c3f85a21")
-"""Ours (32 bytes, AES-256); the original's default key differs (see the module docstring)."""
+DEFAULT_KEY: Final = bytes.fromhex("a529b7665997f043a30ac8fadcb51d6aa032c226ab5b7750530b12b8c1a16a48")
+"""The original's `defaultSecretKey` (pkg/encrypt; 32 bytes, AES-256): public, so not a secret."""
+DEFAULT_KEY_WARNING: Final = (
+    "encrypted_password: using the built-in default secret key, which is public and insecure; "
+    f"set {KEY_ENV} (hex, 16/24/32 bytes) to a key of your own"
+)
+
+log = logging.getLogger(__name__)
 
 
 class EncryptError(ConfigError):
@@ -81,8 +91,28 @@ def secret_key(env: Mapping[str, str] | None = None) -> bytes:
     return check_key(key, KEY_ENV)
 
 
+_default_key_warned = threading.Event()
+
+
+def _warn_default_key() -> None:
+    """Once per process, as the original's sync.Once around its key set-up; but a warning given before
+    logging is set up (a daemon decrypts while loading its config) reached only stderr, through Python's
+    last-resort handler, so it is given again, once, into the configured log."""
+    if _default_key_warned.is_set():
+        return
+    log.warning(DEFAULT_KEY_WARNING)
+    if log.hasHandlers():
+        _default_key_warned.set()
+
+
 def _key(key: bytes | None) -> bytes:
-    return secret_key() if key is None else check_key(key)
+    """`key`, else the environment's key; the default key is used with a warning (once)."""
+    if key is not None:
+        return check_key(key)
+    found = secret_key()
+    if found is DEFAULT_KEY:
+        _warn_default_key()
+    return found
 
 
 # ----------------------------------------------------------------------------------------------- bytes

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 from urllib.parse import urlsplit
 
 import etcd3
@@ -34,6 +34,19 @@ DEFAULT_RETRY_FOR = 10.0
 """Seconds a call keeps retrying before EtcdUnavailableError."""
 _ENDPOINT_RETRY_AFTER = 0.5
 """Seconds the etcd3 client waits before trying a failed endpoint again (its default is 300)."""
+RENEW_AFTER_TIMEOUTS: Final = 3
+"""Calls in a row that time out before every connection to etcd is replaced by a new one."""
+KEEPALIVE_OPTIONS: Final = (
+    ("grpc.keepalive_time_ms", 5_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 0),
+    ("grpc.http2.max_pings_without_data", 0),
+)
+"""gRPC keepalive on etcd connections while a call or watch is open (a ping every 5 s, etcd's default
+--grpc-keepalive-min-time).  It does not reliably end a connection whose peer vanished without a FIN or
+RST (an etcd host gone, or this container given a new address by a network reconnect: the compose test
+found a pump whose heartbeats timed out on such a connection for as long as it ran), so calls that
+time out RENEW_AFTER_TIMEOUTS times in a row also replace the connections."""
 
 T = TypeVar("T")
 _ETCD_ERRORS: tuple[type[BaseException], ...] = (
@@ -122,12 +135,51 @@ class EtcdClient:
         if tls is None:
             check_plain_endpoints(urls)
         self.tls = tls
-        creds = None if tls is None else tls.channel_credentials()
+        self._creds = None if tls is None else tls.channel_credentials()
+        self._client_lock = threading.Lock()
+        self._timeouts = 0
+        self.renewals = 0
+        """How many times the connections were replaced after timeouts (for tests and logs)."""
+        self._client: Any = self._new_client()
+
+    def _new_client(self) -> Any:
+        creds = self._creds
         eps = [
-            etcd3.Endpoint(host, port, secure=creds is not None, creds=creds, time_retry=_ENDPOINT_RETRY_AFTER)
+            etcd3.Endpoint(
+                host,
+                port,
+                secure=creds is not None,
+                creds=creds,
+                time_retry=_ENDPOINT_RETRY_AFTER,
+                opts=KEEPALIVE_OPTIONS,
+            )
             for host, port in self.endpoints
         ]
-        self._client: Any = etcd3.MultiEndpointEtcd3Client(endpoints=eps, timeout=timeout, failover=True)
+        return etcd3.MultiEndpointEtcd3Client(endpoints=eps, timeout=self.timeout, failover=True)
+
+    def _note_outcome(self, exc: BaseException | None) -> None:
+        """Count calls that timed out in a row; after RENEW_AFTER_TIMEOUTS, replace every connection."""
+        if exc is None:
+            if self._timeouts:
+                self._timeouts = 0
+            return
+        if not _is_timeout(exc):
+            return
+        with self._client_lock:
+            self._timeouts += 1
+            if self._timeouts < RENEW_AFTER_TIMEOUTS or self._closed:
+                return
+            self._timeouts = 0
+            old, self._client = self._client, self._new_client()
+            self.renewals += 1
+        log.warning(
+            "etcd at %s: %d calls in a row timed out; replacing the connections (a peer that vanished without "
+            "closing them leaves them open)",
+            self.describe,
+            RENEW_AFTER_TIMEOUTS,
+        )
+        with contextlib.suppress(Exception):
+            old.close()
 
     @property
     def describe(self) -> str:
@@ -149,8 +201,9 @@ class EtcdClient:
         backoff = Backoff(0.05, 2.0, 1.0, timeout=self.retry_for if retry_for is None else retry_for, stop=stop)
         while True:
             try:
-                return fn()
+                result = fn()
             except _ETCD_ERRORS as exc:
+                self._note_outcome(exc)
                 if self._closed or backoff.stopped():
                     raise EtcdUnavailableError(f"etcd call {what} abandoned: client closed or stopping") from exc
                 if backoff.outlasts():
@@ -159,6 +212,9 @@ class EtcdClient:
                     ) from exc
                 log.debug("etcd %s failed (%s), retrying in %.2fs", what, _describe_error(exc), backoff.delay)
                 backoff.wait()  # a set `stop` ends the wait; the next failure then gives up
+                continue
+            self._note_outcome(None)
+            return result
 
     # -- key/value --------------------------------------------------------
     def get(self, key: str, *, retry_for: float | None = None) -> KeyValue | None:
@@ -374,6 +430,13 @@ def check_plain_endpoints(urls: str | Sequence[str]) -> None:
                 f"etcd endpoint {item.strip()!r} is https, but no TLS is configured: "
                 "set [security] ssl-ca, ssl-cert and ssl-key (binlogctl: --ssl-ca, --ssl-cert, --ssl-key)"
             )
+
+
+def _is_timeout(exc: BaseException) -> bool:
+    if isinstance(exc, etcd3.exceptions.ConnectionTimeoutError):
+        return True
+    code = getattr(exc, "code", None)
+    return callable(code) and code() is grpc.StatusCode.DEADLINE_EXCEEDED
 
 
 def _describe_error(exc: BaseException) -> str:

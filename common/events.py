@@ -111,6 +111,9 @@ class DDL:
     """The drainer's schema before the job (sinks that plan their own statements need it)."""
     skip: bool = False
     """Not executed downstream (filtered by a DDL rule or ``sync-ddl = false``); caches still evicted."""
+    prelude: tuple[str, ...] = ()
+    """Statements a MySQL sink runs first, outside any schema (table routing: ``CREATE DATABASE IF NOT
+    EXISTS`` of the target schemas the query needs)."""
 
 
 @dataclass(slots=True)

@@ -17,6 +17,10 @@ table-pattern (shell wildcards or `~regex`) match drop DML rows by type (`insert
 by a regular expression searched in the query (`ignore-sql`). `skip_dml` and `skip_ddl` look only at these
 rules: call `skip_table` first. The syncer treats the two differently for DDLs (a table-filtered DDL is not
 sent at all; a rule-filtered one is sent with `DDL.skip = True`, so SQL sinks still evict their caches).
+
+The v2 `binlog-filter-rule`s of `[[syncer.table-migrate-rule]]`s come in as `v2_rules`
+(`common.table_rules`): tidb-tools wildcards, their event lists expanded to the event names they drop,
+their `ignore-sql` always ignoring case (as tidb-tools).
 """
 
 from __future__ import annotations
@@ -25,9 +29,10 @@ import fnmatch
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Final, Literal, get_args
+from typing import Final, Literal, Protocol, get_args
 
 from common.events import DMLType
+from common.table_rules import SourceMatcher, V2EventRule, expand_events
 
 __all__ = [
     "CHECKPOINT_SCHEMA",
@@ -118,25 +123,33 @@ class EventFilterRule:
 _DML_EVENTS: Final = {DMLType.INSERT: "insert", DMLType.UPDATE: "update", DMLType.DELETE: "delete"}
 
 _LEADING_COMMENTS = re.compile(r"\A(?:\s+|/\*.*?\*/|(?:--|#)[^\n]*(?:\n|\Z))*", re.DOTALL)
+_GAP: Final = r"(?:\s|/\*.*?\*/|(?:--|\#)[^\n]*(?:\n|\Z))+"
+"""Space between two words of a statement: white space and comments (drainer.route_ddl reads through them too)."""
+
+
+def _kind(pattern: str) -> re.Pattern[str]:
+    """`pattern` with each ``_`` (between two words) standing for `_GAP`."""
+    return re.compile(pattern.replace("_", _GAP), re.IGNORECASE | re.DOTALL)
+
+
 _DDL_KINDS: Final = (
-    ("create database", re.compile(r"create\s+(?:database|schema)\b", re.IGNORECASE)),
-    ("drop database", re.compile(r"drop\s+(?:database|schema)\b", re.IGNORECASE)),
+    ("create database", _kind(r"create_(?:database|schema)\b")),
+    ("drop database", _kind(r"drop_(?:database|schema)\b")),
     (
         "create view",
-        re.compile(
-            r"create\s+(?:or\s+replace\s+)?(?:algorithm\s*=\s*\w+\s+)?(?:definer\s*=\s*\S+\s+)?"
-            r"(?:sql\s+security\s+\w+\s+)?view\b",
-            re.IGNORECASE,
+        _kind(
+            r"create_(?:or_replace_)?(?:algorithm\s*=\s*\w+_)?(?:definer\s*=\s*\S+_)?"
+            r"(?:sql_security_\w+_)?view\b"
         ),
     ),
-    ("drop view", re.compile(r"drop\s+view\b", re.IGNORECASE)),
-    ("create table", re.compile(r"create\s+(?:temporary\s+)?table\b", re.IGNORECASE)),
-    ("drop table", re.compile(r"drop\s+(?:temporary\s+)?tables?\b", re.IGNORECASE)),
-    ("truncate table", re.compile(r"truncate\b", re.IGNORECASE)),
-    ("rename table", re.compile(r"rename\s+tables?\b", re.IGNORECASE)),
-    ("create index", re.compile(r"create\s+(?:unique\s+|fulltext\s+|spatial\s+)?index\b", re.IGNORECASE)),
-    ("drop index", re.compile(r"drop\s+index\b", re.IGNORECASE)),
-    ("alter table", re.compile(r"alter\s+(?:online\s+|ignore\s+)*table\b", re.IGNORECASE)),
+    ("drop view", _kind(r"drop_view\b")),
+    ("create table", _kind(r"create_(?:temporary_)?table\b")),
+    ("drop table", _kind(r"drop_(?:temporary_)?tables?\b")),
+    ("truncate table", _kind(r"truncate\b")),
+    ("rename table", _kind(r"rename_tables?\b")),
+    ("create index", _kind(r"create_(?:unique_|fulltext_|spatial_)?index\b")),
+    ("drop index", _kind(r"drop_index\b")),
+    ("alter table", _kind(r"alter_(?:online_|ignore_)*table\b")),
 )
 
 
@@ -184,9 +197,13 @@ class _TablePattern:
         return self.db.matches(db) and self.table.matches(table)
 
 
+class _Where(Protocol):
+    def matches(self, db: str, table: str) -> bool: ...
+
+
 @dataclass(frozen=True, slots=True)
 class _EventRule:
-    where: _TablePattern
+    where: _Where
     events: frozenset[str]
     sql: tuple[re.Pattern[str], ...]
 
@@ -203,6 +220,7 @@ class Filter:
         do_tables: Iterable[TableName] = (),
         ignore_txn_commit_ts: Iterable[int] = (),
         event_rules: Iterable[EventFilterRule] = (),
+        v2_rules: Iterable[V2EventRule] = (),
         case_sensitive: bool = False,
         internal_schemas: Iterable[str] = (CHECKPOINT_SCHEMA,),
     ) -> None:
@@ -234,6 +252,13 @@ class Filter:
                 tuple(re.compile(s, flags) for s in r.ignore_sql),
             )
             for r in event_rules
+        ) + tuple(
+            _EventRule(
+                SourceMatcher(r.schema, r.table, case_sensitive=cs),
+                expand_events(r.events),
+                tuple(re.compile(q, re.IGNORECASE) for q in r.sql),  # always ignoring case, as tidb-tools
+            )
+            for r in v2_rules
         )
         self._table_cache: dict[tuple[str, str], bool] = {}
         self._dml_cache: dict[tuple[str, str, DMLType], bool] = {}

@@ -17,9 +17,11 @@ take it past `log-file-max-size` MiB it is renamed `<file>.1` (older ones shift 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import logging.handlers
+import os
 import sys
 from datetime import UTC, datetime
 from typing import Final, Literal
@@ -64,9 +66,12 @@ def make_formatter(log_format: str) -> logging.Formatter:
 
 
 def make_handler(log_file: str, max_size_mib: int, max_backups: int) -> logging.Handler:
-    """stderr when `log_file` is empty, else the file, rotated by size unless `max_size_mib` is 0."""
+    """stderr when `log_file` is empty, else the file, rotated by size unless `max_size_mib` is 0.  The file's
+    directory is created when missing, as the original's logger did (deployments name `log/pump.log`)."""
     if not log_file:
         return logging.StreamHandler(sys.stderr)
+    with contextlib.suppress(OSError):  # what cannot be created, the open below reports
+        os.makedirs(os.path.dirname(log_file) or ".", exist_ok=True)
     if max_size_mib <= 0:
         return logging.FileHandler(log_file, encoding="utf-8")
     if max_backups < 1:

@@ -12,6 +12,9 @@ Table `tidb_binlog_txn_status` (sqlite: main schema; MySQL: the DSN's database):
     ttl_deadline  BIGINT NOT NULL       wall-clock ms since the epoch after which a
                                         pending transaction's lock has expired
                                         (0 on rows written directly as terminal)
+    pump_node_id  VARCHAR(255) NOT NULL the node id of the pump that took the
+                  = ''                  P-binlog, written with 'committed' ('' when
+                                        the writer did not say, and on older rows)
 
 sqlite declares `start_ts INTEGER PRIMARY KEY` (a 64-bit rowid alias, the
 fastest key sqlite has); both dialects CHECK `state`.  No secondary index:
@@ -30,9 +33,17 @@ joins whatever transaction the writer has open there:
 2. `extend_ttl(conn, start_ts, ttl_ms)` (committed) while the transaction works:
    a transaction that keeps its lock alive waits as long as it takes — the
    original dropped commits slower than 10 minutes (its issue #1024).
-3. `mark_committed(conn, start_ts, commit_ts)` in the same storage transaction
-   as the data, so "data visible" and "status committed" are one atomic fact;
-   or `mark_rolled_back(conn, start_ts)` when the transaction aborts.
+3. `mark_committed(conn, start_ts, commit_ts, pump_node_id=...)` in the same
+   storage transaction as the data, so "data visible" and "status committed" are
+   one atomic fact; or `mark_rolled_back(conn, start_ts)` when the transaction
+   aborts.  `pump_node_id` names the pump whose copy of the P-binlog counts: a
+   prewrite attempt that timed out may still have been stored by a slow pump
+   before the client failed over, and that pump must roll its copy back rather
+   than commit it a second time (pump/resolver.py).
+
+`ensure_schema` adds `pump_node_id` to a table created before it existed;
+readers select every column and take them by name, so a pump reads a table with
+or without it (or with columns an operator added).
 
 The pump reads with `get(start_ts)`.  When it gives a transaction up (pending
 with an expired lock, or no row once `start_ts` is older than the status-row
@@ -85,6 +96,8 @@ from common.errors import BinlogError, CodecError, ConfigError, StorageClosedErr
 log = logging.getLogger(__name__)
 
 TABLE = "tidb_binlog_txn_status"
+MAX_NODE_ID = 255
+"""The longest pump node id the table stores (`pump_node_id VARCHAR(255)`)."""
 DEFAULT_TIMEOUT = 5.0
 """Seconds for connecting, reading, sqlite's busy wait and MySQL's lock wait."""
 PURGE_BATCH = 10_000
@@ -101,7 +114,8 @@ SQLITE_DDL = f"""CREATE TABLE IF NOT EXISTS {TABLE} (
     start_ts     INTEGER PRIMARY KEY,
     state        VARCHAR(16) NOT NULL CHECK (state IN ('pending', 'committed', 'rolled_back')),
     commit_ts    BIGINT NOT NULL DEFAULT 0,
-    ttl_deadline BIGINT NOT NULL
+    ttl_deadline BIGINT NOT NULL,
+    pump_node_id VARCHAR(255) NOT NULL DEFAULT ''
 )"""
 
 MYSQL_DDL = f"""CREATE TABLE IF NOT EXISTS {TABLE} (
@@ -109,6 +123,7 @@ MYSQL_DDL = f"""CREATE TABLE IF NOT EXISTS {TABLE} (
     state        VARCHAR(16) NOT NULL,
     commit_ts    BIGINT NOT NULL DEFAULT 0,
     ttl_deadline BIGINT NOT NULL,
+    pump_node_id VARCHAR(255) NOT NULL DEFAULT '',
     PRIMARY KEY (start_ts),
     CONSTRAINT {TABLE}_state CHECK (state IN ('pending', 'committed', 'rolled_back'))
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"""
@@ -135,6 +150,8 @@ class TxnStatus:
     state: TxnState
     commit_ts: int = 0
     ttl_deadline_ms: int = 0
+    pump_node_id: str = ""
+    """The pump whose P-binlog the commit belongs to; '' when unknown (any copy may commit)."""
 
     def lock_expired(self, now_ms: int) -> bool:
         """True for a pending transaction whose TTL deadline is in the past."""
@@ -142,9 +159,12 @@ class TxnStatus:
 
     @classmethod
     def from_row(cls, row: Sequence[object]) -> TxnStatus:
-        """Validate one `(start_ts, state, commit_ts, ttl_deadline)` row; CodecError if malformed."""
-        if len(row) != 4:
-            raise CodecError(f"{TABLE}: expected 4 columns, got {len(row)}: {row!r}")
+        """Validate one `(start_ts, state, commit_ts, ttl_deadline[, pump_node_id])` row; CodecError if malformed."""
+        if len(row) not in (4, 5):
+            raise CodecError(f"{TABLE}: expected 4 or 5 columns, got {len(row)}: {row!r}")
+        pump = row[4] if len(row) == 5 else ""
+        if not isinstance(pump, str):
+            raise CodecError(f"{TABLE}: pump_node_id must be a string, got {pump!r} in row {tuple(row)!r}")
         start_ts = _int_column("start_ts", row[0], row)
         commit_ts = _int_column("commit_ts", row[2], row)
         ttl = _int_column("ttl_deadline", row[3], row)
@@ -156,7 +176,7 @@ class TxnStatus:
             raise CodecError(f"{TABLE}: start_ts must be positive, got row {row!r}")
         if txn_state is TxnState.COMMITTED and commit_ts <= start_ts:
             raise CodecError(f"{TABLE}: start_ts={start_ts} is committed with commit_ts={commit_ts} <= start_ts")
-        return cls(start_ts, txn_state, commit_ts, ttl)
+        return cls(start_ts, txn_state, commit_ts, ttl, pump)
 
 
 _STATES = frozenset(state.value for state in TxnState)
@@ -202,23 +222,30 @@ class _Sql:
     select: str
     select_locked: str
     insert: str
+    insert_finished: str
     finish: str
     extend: str
     expire: str
     purge: str
     ddl: str
+    add_pump: str
 
     @classmethod
     def build(cls, *, p: str, greatest: str, begin: str, lock: str, purge: str, ddl: str) -> _Sql:
         cols = "start_ts, state, commit_ts, ttl_deadline"
-        select = f"SELECT {cols} FROM {TABLE} WHERE start_ts = {p}"
+        # Every column, in table order: a reader takes a table with or without pump_node_id.
+        select = f"SELECT * FROM {TABLE} WHERE start_ts = {p}"
         pending = f"state = '{TxnState.PENDING}'"
         return cls(
             begin=begin,
             select=select,
             select_locked=select + lock,
             insert=f"INSERT INTO {TABLE} ({cols}) VALUES ({p}, {p}, {p}, {p})",
-            finish=f"UPDATE {TABLE} SET state = {p}, commit_ts = {p} WHERE start_ts = {p} AND {pending}",
+            insert_finished=f"INSERT INTO {TABLE} ({cols}, pump_node_id) VALUES ({p}, {p}, {p}, {p}, {p})",
+            finish=(
+                f"UPDATE {TABLE} SET state = {p}, commit_ts = {p}, pump_node_id = {p}"
+                f" WHERE start_ts = {p} AND {pending}"
+            ),
             extend=(
                 f"UPDATE {TABLE} SET ttl_deadline = {greatest}(ttl_deadline, {p}) WHERE start_ts = {p} AND {pending}"
             ),
@@ -228,6 +255,7 @@ class _Sql:
             ),
             purge=purge,
             ddl=ddl,
+            add_pump=f"ALTER TABLE {TABLE} ADD COLUMN pump_node_id VARCHAR(255) NOT NULL DEFAULT ''",
         )
 
 
@@ -262,6 +290,31 @@ def _exec(conn: WriterConnection, sql: str, params: tuple[object, ...] = ()) -> 
         return cur.rowcount, None if row is None else tuple(row)
     finally:
         cur.close()
+
+
+_COLUMNS = ("start_ts", "state", "commit_ts", "ttl_deadline")
+
+
+def _read_status(conn: WriterConnection, sql: str, start_ts: int) -> TxnStatus | None:
+    """The row of `start_ts` read by column name (`SELECT *`: a table with or without pump_node_id, or with
+    columns of the operator's own, reads the same); CodecError when it is malformed."""
+    cur = conn.cursor()
+    try:
+        cur.execute(sql, (start_ts,))
+        row = cur.fetchone()
+        names = [str(d[0]).lower() for d in cur.description or ()]
+    finally:
+        cur.close()
+    if row is None:
+        return None
+    values = dict(zip(names, row, strict=False))
+    missing = [c for c in _COLUMNS if c not in values]
+    if missing:
+        raise CodecError(f"{TABLE}: no column {', '.join(missing)} (columns: {', '.join(names)})")
+    status = TxnStatus.from_row((*(values[c] for c in _COLUMNS), values.get("pump_node_id", "")))
+    if status.start_ts != start_ts:
+        raise CodecError(f"{TABLE}: asked for start_ts={start_ts}, got row {tuple(row)!r}")
+    return status
 
 
 def _is_disconnect(exc: BaseException) -> bool:
@@ -374,26 +427,31 @@ class TxnStatusStore:
             return  # already at or past that deadline (drivers may report 0 changed rows)
         raise TxnStatusConflictError(self._not_pending(start_ts, current, "extend its lock"), start_ts, current)
 
-    def mark_committed(self, conn: WriterConnection, start_ts: int, commit_ts: int) -> None:
-        """Set `start_ts` committed at `commit_ts`; call in the same transaction as the data."""
+    def mark_committed(self, conn: WriterConnection, start_ts: int, commit_ts: int, *, pump_node_id: str = "") -> None:
+        """Set `start_ts` committed at `commit_ts`; call in the same transaction as the data.
+
+        `pump_node_id`: the pump that took the P-binlog ('' when unknown): a copy on any other pump
+        is rolled back by that pump's resolver instead of committed a second time."""
         if commit_ts <= start_ts:
             raise ValueError(f"commit_ts={commit_ts} must be greater than start_ts={start_ts}")
-        self._finish(conn, start_ts, TxnState.COMMITTED, commit_ts)
+        if len(pump_node_id) > MAX_NODE_ID:
+            raise ValueError(f"pump_node_id is {len(pump_node_id)} characters, more than {MAX_NODE_ID}")
+        self._finish(conn, start_ts, TxnState.COMMITTED, commit_ts, pump_node_id)
 
     def mark_rolled_back(self, conn: WriterConnection, start_ts: int) -> None:
         """Set `start_ts` rolled back (idempotent; a committed transaction cannot be rolled back)."""
-        self._finish(conn, start_ts, TxnState.ROLLED_BACK, 0)
+        self._finish(conn, start_ts, TxnState.ROLLED_BACK, 0, "")
 
-    def _finish(self, conn: WriterConnection, start_ts: int, state: TxnState, commit_ts: int) -> None:
+    def _finish(self, conn: WriterConnection, start_ts: int, state: TxnState, commit_ts: int, pump: str) -> None:
         sql = self._writer_sql(conn)
         _check_ts(start_ts)
-        rows, _ = _exec(conn, sql.finish, (state.value, commit_ts, start_ts))
+        rows, _ = _exec(conn, sql.finish, (state.value, commit_ts, pump, start_ts))
         if rows == 1:
             return
         current = self._read_locked(conn, sql, start_ts)
         if current is None:
             try:
-                _exec(conn, sql.insert, (start_ts, state.value, commit_ts, 0))
+                _exec(conn, sql.insert_finished, (start_ts, state.value, commit_ts, 0, pump))
                 return
             except _INTEGRITY_ERRORS:
                 current = self._read_locked(conn, sql, start_ts)
@@ -402,7 +460,7 @@ class TxnStatusStore:
         if current.state is state and current.commit_ts == commit_ts:
             return
         if current.state is TxnState.PENDING:  # a concurrent begin won the race; finish it now
-            rows, _ = _exec(conn, sql.finish, (state.value, commit_ts, start_ts))
+            rows, _ = _exec(conn, sql.finish, (state.value, commit_ts, pump, start_ts))
             if rows == 1:
                 return
         verb = "commit" if state is TxnState.COMMITTED else "roll back"
@@ -422,8 +480,7 @@ class TxnStatusStore:
 
     @staticmethod
     def _read_locked(conn: WriterConnection, sql: _Sql, start_ts: int) -> TxnStatus | None:
-        _, row = _exec(conn, sql.select_locked, (start_ts,))
-        return None if row is None else TxnStatus.from_row(row)
+        return _read_status(conn, sql.select_locked, start_ts)
 
     @staticmethod
     def _not_pending(start_ts: int, current: TxnStatus | None, what: str) -> str:
@@ -436,20 +493,38 @@ class TxnStatusStore:
     # -- reader side: the store's own connection
 
     def ensure_schema(self) -> None:
-        """Create the table if it does not exist (creates an sqlite file if needed)."""
+        """Create the table if it does not exist (creates an sqlite file if needed); add `pump_node_id`
+        to a table created without it."""
         self._run("create table", lambda conn: _exec(conn, self._sql.ddl), create=True)
+        if "pump_node_id" not in self._run("read the table's columns", self._columns):
+            try:
+                self._run("add column pump_node_id", lambda conn: _exec(conn, self._sql.add_pump))
+            except UnavailableError:
+                if "pump_node_id" not in self._run("read the table's columns", self._columns):
+                    raise
+                # another writer added it first
+            log.info("txn-status table %s: added column pump_node_id", self.describe())
         log.info("txn-status table ready in %s", self.describe())
+
+    def _columns(self, conn: WriterConnection) -> set[str]:
+        cur = conn.cursor()
+        try:
+            if isinstance(conn, sqlite3.Connection):
+                cur.execute(f"PRAGMA table_info({TABLE})")
+                return {str(row[1]) for row in cur.fetchall()}
+            cur.execute(
+                "SELECT COLUMN_NAME FROM information_schema.COLUMNS"
+                " WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s",
+                (TABLE,),
+            )
+            return {str(row[0]) for row in cur.fetchall()}
+        finally:
+            cur.close()
 
     def get(self, start_ts: int) -> TxnStatus | None:
         """The current status of `start_ts`, or None if the store has no row for it."""
         _check_ts(start_ts)
-        _, row = self._run("read status", lambda conn: _exec(conn, self._sql.select, (start_ts,)))
-        if row is None:
-            return None
-        status = TxnStatus.from_row(row)
-        if status.start_ts != start_ts:
-            raise CodecError(f"{TABLE}: asked for start_ts={start_ts}, got row {row!r}")
-        return status
+        return self._run("read status", lambda conn: _read_status(conn, self._sql.select, start_ts))
 
     def rollback_abandoned(self, start_ts: int, now_ms: int) -> TxnStatus:
         """Atomically give up `start_ts`: expired pending → rolled_back; no row → rolled_back tombstone.
@@ -460,9 +535,9 @@ class TxnStatusStore:
 
         def txn(conn: WriterConnection) -> TxnStatus:
             _exec(conn, self._sql.expire, (start_ts, now_ms))
-            _, row = _exec(conn, self._sql.select_locked, (start_ts,))
-            if row is not None:
-                return TxnStatus.from_row(row)
+            found = _read_status(conn, self._sql.select_locked, start_ts)
+            if found is not None:
+                return found
             _exec(conn, self._sql.insert, (start_ts, TxnState.ROLLED_BACK.value, 0, 0))
             return TxnStatus(start_ts, TxnState.ROLLED_BACK)
 

@@ -20,6 +20,10 @@ Shut-down (`close()`, idempotent, each step logged):
 A binlog the drainer cannot apply stops it: `run()` then returns 1 after the same shutdown
 (the checkpoint stays before that binlog).
 
+Table routing (`[[syncer.table-migrate-rule]] target`): the SQL sink is wrapped in a `RoutingSink`
+(drainer/sinks/routing.py), inside the relay log's `RelaySink`: the relay log keeps upstream names and its
+replay is routed as live replication is.
+
 Relay log (`[syncer.relay] log-dir`, `drainer.relay`): the sink is wrapped in a `RelaySink`.  At
 start, when the checkpoint says ``consistent=false``:
 
@@ -52,7 +56,7 @@ from drainer.checkpoint import Checkpoint, make_checkpoint
 from drainer.cistern import start_cistern_server
 from drainer.collector import Collector
 from drainer.config import DrainerConfig
-from drainer.config_syncer import syncer_filter
+from drainer.config_syncer import ROUTED_DB_TYPES, syncer_filter, syncer_router
 from drainer.http_api import StatusServer
 from drainer.merger import Merger
 from drainer.metrics import DrainerMetrics
@@ -79,8 +83,8 @@ SinkFactory = Callable[[DrainerConfig], Sink]
 _TRANSIENT: Final = {NodeState.PAUSED: NodeState.PAUSING, NodeState.OFFLINE: NodeState.CLOSING}
 
 
-def default_sink_factory(cfg: DrainerConfig) -> Sink:
-    """The sink for `[syncer] db-type` (imported only when used)."""
+def default_sink_factory(cfg: DrainerConfig, cluster_id: int = 0) -> Sink:
+    """The sink for `[syncer] db-type` (imported only when used); `cluster_id` names kafka's default topic."""
     s = cfg.syncer
     to = s.to
     db_type = s.db_type
@@ -101,18 +105,50 @@ def default_sink_factory(cfg: DrainerConfig) -> Sink:
             read_timeout=to.read_timeout,
             enable_detect=s.detect,
             enable_dispatch=s.dispatch,
+            tls=cfg.to_tls(),
+            sync_mode=to.sync_mode,
+            merge=to.merge,
         )
     if db_type == "sqlite":
         from drainer.sinks.sqlite import SqliteSink
 
+        router = syncer_router(s)
         return SqliteSink(
-            cfg.sqlite_path, txn_batch=s.txn_batch, safe_mode=s.safe_mode, max_inflight_bytes=s.max_inflight_bytes
+            cfg.sqlite_path,
+            txn_batch=s.txn_batch,
+            safe_mode=s.safe_mode,
+            max_inflight_bytes=s.max_inflight_bytes,
+            router=router if router else None,
         )
     if db_type in ("file", "pb"):
         from drainer.sinks.file import FileSink
 
         return FileSink(cfg.file_dir, retention_days=to.retention_time, max_inflight_bytes=s.max_inflight_bytes)
+    if db_type == "kafka":
+        from drainer.sinks.kafka import kafka_sink
+
+        return kafka_sink(to, cluster_id=cluster_id, max_inflight_bytes=s.max_inflight_bytes)
     raise BinlogError(f"db-type {db_type!r} is not supported")
+
+
+def with_routing(cfg: DrainerConfig, sink: Sink) -> Sink:
+    """`sink` wrapped in a `RoutingSink` when table-migrate-rules route tables and the db-type is a SQL one
+    (drainer/sinks/routing.py); for other sinks the targets are not applied (a warning, as the original
+    applied them for oracle only)."""
+    router = syncer_router(cfg.syncer)
+    if not router:
+        return sink
+    db_type = cfg.syncer.db_type
+    if db_type not in ROUTED_DB_TYPES:
+        log.warning(
+            "[[syncer.table-migrate-rule]] target is not applied for db-type %s (tables keep their upstream "
+            "names); only mysql, tidb and sqlite route tables",
+            db_type,
+        )
+        return sink
+    from drainer.sinks.routing import RoutingSink
+
+    return RoutingSink(sink, router, rewrite_ddl=db_type != "sqlite")
 
 
 def ensure_sink_dir(cfg: DrainerConfig) -> None:
@@ -130,7 +166,7 @@ class DrainerApp:
     def __init__(self, cfg: DrainerConfig, *, sink_factory: SinkFactory | None = None) -> None:
         cfg.check_supported()
         self.cfg = cfg
-        self._sink_factory = sink_factory or default_sink_factory
+        self._custom_sink_factory = sink_factory
         self._shutdown = threading.Event()
         self._close_lock = threading.Lock()
         self._closed = False
@@ -214,7 +250,7 @@ class DrainerApp:
         self.schema = DrainerSchema(source)
         self.schema.load(version)
         self.merger = merger = Merger(start_ts, hold_until_released=True)  # released by the syncer
-        sink = self._sink_factory(cfg)
+        sink = self._make_sink()
         if cfg.relay_enabled:
             try:
                 sink = RelaySink(
@@ -248,7 +284,7 @@ class DrainerApp:
             detect_interval=cfg.detect_interval,
             compressor=cfg.compressor,
             on_error=self._on_fatal,
-            puller_factory=functools.partial(Puller, metrics=self.metrics, tls=tls),
+            puller_factory=functools.partial(Puller, metrics=self.metrics, tls=tls, idle_timeout=cfg.pull_idle_timeout),
         )
         self.grpc, self.grpc_port = start_cistern_server(self.collector, cfg.addr, tls=tls)
         self.http = StatusServer(self, cfg.status_addr, tls=tls)
@@ -265,6 +301,11 @@ class DrainerApp:
             self.http.addr,
             start_ts,
         )
+
+    def _make_sink(self) -> Sink:
+        if self._custom_sink_factory is not None:
+            return with_routing(self.cfg, self._custom_sink_factory(self.cfg))
+        return with_routing(self.cfg, default_sink_factory(self.cfg, self.cluster_id))
 
     # ------------------------------------------------------------------------------- relay log
     def _recover_offline(self, cause: BaseException) -> None:
@@ -317,7 +358,7 @@ class DrainerApp:
         result = recover(
             cfg.relay_dir,
             checkpoint_ts,
-            self._sink_factory(cfg),
+            self._make_sink(),
             ddl_supported=cfg.syncer.db_type != "sqlite",
             progress=progress,
         )
@@ -445,6 +486,9 @@ class DrainerApp:
 
     def last_ts(self) -> int:
         return 0 if self.syncer is None else self.syncer.status().saved_ts
+
+    def sink_status(self) -> dict[str, object] | None:
+        return None if self.sink is None else self.sink.status()
 
     def synced(self) -> bool:
         if self.syncer is None:

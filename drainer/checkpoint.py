@@ -40,6 +40,7 @@ from typing import Any, Final, TypeVar
 import pymysql
 
 from common.errors import BinlogError, ConfigError
+from common.mysql_tls import MySQLTLS
 from drainer.config import DrainerConfig
 
 __all__ = [
@@ -249,8 +250,10 @@ class MySQLCheckpoint(Checkpoint):
         timeout: float = DEFAULT_TIMEOUT,
         retries: int = SAVE_RETRIES,
         retry_interval: float = RETRY_INTERVAL,
+        tls: MySQLTLS | None = None,
     ) -> None:
         super().__init__()
+        self._tls = tls if tls is not None else MySQLTLS()
         self._params: dict[str, Any] = {
             "host": host,
             "port": port,
@@ -286,7 +289,7 @@ class MySQLCheckpoint(Checkpoint):
 
     def _connection(self) -> pymysql.connections.Connection[Any]:
         if self._conn is None:
-            self._conn = pymysql.connect(**self._params)
+            self._conn = self._tls.connect(**self._params)
         return self._conn
 
     def _drop_connection(self) -> None:
@@ -516,7 +519,8 @@ _STORE_OF_DB_TYPE: Final = {
 def make_checkpoint(cfg: DrainerConfig, cluster_id: int) -> Checkpoint:
     """The checkpoint store of `cfg`: `[syncer.to.checkpoint] type`, else the one that goes with db-type.
 
-    mysql / tidb against `[syncer.to]` (or `[syncer.to.checkpoint]` host... when its type is set), sqlite in
+    mysql / tidb against `[syncer.to]` (or `[syncer.to.checkpoint]` host... when its type is set; TLS from the
+    same section's security table, `DrainerConfig.checkpoint_tls`), sqlite in
     the sqlite sink's file, file in data-dir. Raises ConfigError for oracle, CheckpointError if the store
     cannot be opened.
     """
@@ -530,7 +534,15 @@ def make_checkpoint(cfg: DrainerConfig, cluster_id: int) -> Checkpoint:
         else:
             host, port, user, password = s.to.host, s.to.port, s.to.user, cfg.to_password
         return MySQLCheckpoint(
-            host, port, user, password, cluster_id, cp.schema, cp.table, timeout=max(s.to.read_timeout, 1.0)
+            host,
+            port,
+            user,
+            password,
+            cluster_id,
+            cp.schema,
+            cp.table,
+            timeout=max(s.to.read_timeout, 1.0),
+            tls=cfg.checkpoint_tls(),
         )
     if kind == "sqlite":
         return SqliteCheckpoint(cfg.sqlite_path, cluster_id, cp.schema, cp.table)

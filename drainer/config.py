@@ -13,25 +13,34 @@ Keys are the original `drainer.toml` ones (`[syncer]` lives in `config_syncer`),
 MYSQL_HOST / MYSQL_USER / MYSQL_PSWD / MYSQL_PORT, as in the original; always load a `DrainerConfig`
 through `load_config` / `parse_args` to get that.
 
-`[security]` (TLS for gRPC, etcd and HTTP; common/tls.py) is checked by `check_supported()`.
-Accepted but not honoured: `loopback-control`, db-type kafka / oracle
+`[security]` (TLS for gRPC, etcd and HTTP; common/tls.py) is checked by `check_supported()`, and so are
+`[syncer.to.security]` / `[syncer.to.checkpoint.security]` (TLS to MySQL; common/mysql_tls.py) when they are
+used: `to_tls()` / `checkpoint_tls()`.
+Accepted but not honoured: `loopback-control`, db-type oracle
 and checkpoint type oracle make `check_supported()` raise; `metrics-addr`, `metrics-interval`,
-`cache-binlog-count`, `load-schema-snapshot`, the deprecated `disable-dispatch` / `disable-detect` and the
-kafka keys are listed by `ignored_keys()` when set (the disable-* keys still take effect).
+`cache-binlog-count`, `load-schema-snapshot`, the deprecated `log-rotate`, `disable-dispatch` / `disable-detect`,
+`[syncer.to] zookeeper-addrs`, and the kafka keys set for another db-type are listed by `ignored_keys()`
+(the disable-* keys still take effect).
+
+The original's Go flags work too (`-config`, `-c`, `-dest-db-type`, `-relay-log-dir`, `-safe-mode=false`, ...;
+common/config/goflags.py maps each to its key here).
+
+`[syncer.to] kafka-addrs` left unset comes from the KAFKA_ADDRS environment variable, else 127.0.0.1:9092,
+as in the original (below the file, like the MYSQL_* variables).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal
 
-from common.config import ArgumentParser, Duration, add_flags, at_least, flags_from_args, load_with_sources
-from common.config.cli import CONFIG_FILE_DEST
+from common.config import Duration, at_least, load_with_sources
+from common.config.cli import config_parser, parse_config_args
+from common.config.goflags import DRAINER_FLAGS
 from common.config.node import NodeAddress, SecurityConfig
 from common.config.node import validate_etcd_urls as _etcd_urls
 from common.config.node import validate_host_port as _host_port
@@ -39,7 +48,9 @@ from common.encrypt import EncryptError, decrypt
 from common.errors import ConfigError
 from common.filters import EventFilterRule, TableName
 from common.logsetup import DEFAULT_LOG_FORMAT, DEFAULT_MAX_BACKUPS, DEFAULT_MAX_SIZE_MIB, LogFormat
+from common.mysql_tls import MySQLSecurity, MySQLTLS
 from drainer.config_syncer import (
+    KAFKA_ADDRS_ENV,
     KAFKA_KEYS,
     RELAY_DB_TYPES,
     SQLITE_DOWNSTREAM_NAME,
@@ -48,6 +59,7 @@ from drainer.config_syncer import (
     RelayConfig,
     SyncerConfig,
     ToConfig,
+    split_addrs,
 )
 
 __all__ = [
@@ -82,7 +94,12 @@ DEFAULT_HEARTBEAT_INTERVAL: Final = 1.0
 """Ours as a key; the original's fixed 1 s."""
 DEFAULT_PUMP_STALL_REPORT_AFTER: Final = 30.0
 """Ours: seconds without a binlog from the pump the merge waits for before it is reported as stalled."""
+DEFAULT_PULL_IDLE_TIMEOUT: Final = 30.0
+"""Ours: seconds a pull stream may deliver nothing before it is dialled again (drainer.puller)."""
 DEFAULT_LOG_LEVEL: Final = "info"
+MYSQL_DB_TYPES: Final = frozenset({"mysql", "tidb"})
+TO_SECURITY: Final = "[syncer.to.security]"
+CHECKPOINT_SECURITY: Final = "[syncer.to.checkpoint.security]"
 
 # (field name, variable) of [syncer.to] keys whose unset value comes from a MYSQL_* variable.  Not `env`
 # aliases of the fields: these rank below the file, not beside DRAINER_*, and report their own port error.
@@ -91,6 +108,7 @@ _MYSQL_ENV: Final = (
     ("user", "MYSQL_USER"),
     ("password", "MYSQL_PSWD"),
     ("port", "MYSQL_PORT"),
+    ("kafka_addrs", KAFKA_ADDRS_ENV),
 )
 
 LogLevel = Literal["debug", "info", "warn", "warning", "error", "fatal"]
@@ -142,6 +160,14 @@ class DrainerConfig(NodeAddress):
             "validate": _positive,
         },
     )
+    pull_idle_timeout: Duration = field(
+        default=DEFAULT_PULL_IDLE_TIMEOUT,
+        metadata={
+            "help": "cancel and dial again a pump's pull stream that delivers nothing for this long (a live "
+            "pump sends a fake binlog every few seconds) (ours)",
+            "validate": _positive,
+        },
+    )
     log_level: LogLevel = field(default=DEFAULT_LOG_LEVEL, metadata={"help": "log level", "aliases": ("-L",)})
     log_file: str = field(default="", metadata={"help": "log file (default: stderr)"})
     log_format: LogFormat = field(default=DEFAULT_LOG_FORMAT, metadata={"help": "text, or json: one object per line"})
@@ -155,6 +181,7 @@ class DrainerConfig(NodeAddress):
     metrics_addr: str | None = field(default=None, metadata={"help": "ignored: no Prometheus push"})
     metrics_interval: int | None = field(default=None, metadata={"help": "ignored: no Prometheus push"})
     cache_binlog_count: int | None = field(default=None, metadata={"help": "ignored: use [syncer] max-inflight-bytes"})
+    log_rotate: str | None = field(default=None, metadata={"help": "deprecated, ignored"})
     security: SecurityConfig = field(default_factory=SecurityConfig)
     syncer: SyncerConfig = field(default_factory=SyncerConfig)
 
@@ -174,6 +201,17 @@ class DrainerConfig(NodeAddress):
         downstream's encrypted_password field here)."""
         cp = self.syncer.to.checkpoint
         return _password(cp.password, cp.encrypted_password, "syncer.to.checkpoint.encrypted_password")
+
+    def to_tls(self) -> MySQLTLS:
+        """TLS to the downstream (`[syncer.to.security]`), its files read and checked (ConfigError naming
+        the key and the file)."""
+        return self.syncer.to.security.load(TO_SECURITY)
+
+    def checkpoint_tls(self) -> MySQLTLS:
+        """TLS to a MySQL checkpoint: `[syncer.to.checkpoint.security]` when the checkpoint has its own type
+        (and host), else the downstream's, as the original's GenCheckPointCfg."""
+        cp = self.syncer.to.checkpoint
+        return cp.security.load(CHECKPOINT_SECURITY) if cp.type else self.to_tls()
 
     @property
     def file_dir(self) -> Path:
@@ -204,43 +242,83 @@ class DrainerConfig(NodeAddress):
             found.append(("metrics-interval", _NO_PUSH))
         if self.cache_binlog_count is not None:
             found.append(("cache-binlog-count", "memory is bounded by [syncer] max-inflight-bytes"))
+        if self.log_rotate is not None:
+            found.append(("log-rotate", "deprecated"))
         if s.disable_dispatch is not None:
             found.append(("syncer.disable-dispatch", "deprecated, use enable-dispatch; it still takes effect"))
         if s.disable_detect is not None:
             found.append(("syncer.disable-detect", "deprecated, use enable-detect; it still takes effect"))
         if s.load_schema_snapshot:
             found.append(("syncer.load-schema-snapshot", "the schema is always built from the DDL history"))
-        found.extend(
-            (f"syncer.to.{name.replace('_', '-')}", "kafka is not supported")
-            for name in KAFKA_KEYS
-            if getattr(s.to, name) is not None
-        )
+        if s.db_type not in MYSQL_DB_TYPES and s.to.security != MySQLSecurity():
+            found.append(("syncer.to.security", "only db-type mysql and tidb read it"))
+        if s.to.checkpoint.type not in MYSQL_DB_TYPES and s.to.checkpoint.security != MySQLSecurity():
+            why = (
+                "read only with [syncer.to.checkpoint] type mysql or tidb; without a type a MySQL checkpoint "
+                "uses the downstream's connection and [syncer.to.security]"
+            )
+            found.append(("syncer.to.checkpoint.security", why))
+        if s.db_type == "kafka":
+            if s.to.zookeeper_addrs:
+                why = f"ZooKeeper is not read; the brokers are kafka-addrs = {s.to.kafka_addrs}"
+                found.append(("syncer.to.zookeeper-addrs", why))
+        else:
+            defaults = ToConfig()
+            found.extend(
+                (f"syncer.to.{name.replace('_', '-')}", "only db-type kafka reads it")
+                for name in KAFKA_KEYS
+                if getattr(s.to, name) != getattr(defaults, name)
+            )
+        if s.db_type not in ("file", "pb"):
+            found.extend(
+                (f"syncer.to.{key}", "only db-type file reads it")
+                for key, value, default in (("dir", s.to.dir, ""), ("retention-time", s.to.retention_time, 0))
+                if value != default
+            )
+        if s.db_type not in ("mysql", "tidb"):
+            if s.to.sync_mode != 1:
+                found.append(("syncer.to.sync-mode", "only db-type mysql and tidb read it"))
+            if s.to.merge:
+                found.append(("syncer.to.merge", "only db-type mysql and tidb read it"))
         return [f"config key '{key}' is ignored ({why})" for key, why in found]
 
     def check_supported(self) -> None:
-        """Raise ConfigError for settings this version cannot honour (kafka, oracle, loopback), and for
-        `[security]` files that cannot be used (read and checked here, so a bad one exits with status 2)."""
+        """Raise ConfigError for settings this version cannot honour (oracle, loopback), and for
+        `[security]` files that cannot be used (read and checked here, so a bad one exits with status 2):
+        the first of `refusals()`."""
+        refused = self.refusals()
+        if refused:
+            raise ConfigError(refused[0])
+
+    def refusals(self) -> list[str]:
+        """Every reason start-up refuses this config (exit status 2), in the order they are checked."""
         s = self.syncer
-        self.security.load_tls(etcd_urls=self.pd_urls)
+        found: list[str] = []
+        checks: list[Callable[[], object]] = [lambda: self.security.load_tls(etcd_urls=self.pd_urls)]
+        if s.db_type in MYSQL_DB_TYPES:
+            checks.append(self.to_tls)
+        if s.to.checkpoint.type in MYSQL_DB_TYPES:
+            checks.append(self.checkpoint_tls)
+        for check in checks:
+            try:
+                check()
+            except ConfigError as exc:
+                found.append(str(exc))
         if s.db_type in UNSUPPORTED_DB_TYPES:
-            raise ConfigError(
-                f"'syncer.db-type' = {s.db_type!r} is not supported by this version; use mysql, tidb, sqlite or file"
+            found.append(
+                f"'syncer.db-type' = {s.db_type!r} is not supported by this version; use mysql, tidb, sqlite, file "
+                "or kafka"
             )
         if s.to.checkpoint.type == "oracle":
-            raise ConfigError(
-                "'syncer.to.checkpoint.type' = 'oracle' is not supported; use mysql, tidb, sqlite or file"
-            )
+            found.append("'syncer.to.checkpoint.type' = 'oracle' is not supported; use mysql, tidb, sqlite or file")
         if s.loopback_control:
-            raise ConfigError("'syncer.loopback-control' is not supported yet; set it to false")
+            found.append("'syncer.loopback-control' is not supported yet; set it to false")
         if s.relay.log_dir and s.db_type not in RELAY_DB_TYPES:
-            raise ConfigError(
+            found.append(
                 f"'syncer.relay.log-dir' is set, but the relay log applies only to db-type mysql, tidb or sqlite, "
                 f"not {s.db_type!r}; remove it or change db-type"
             )
-        if s.to.sync_mode != 1:
-            raise ConfigError(f"'syncer.to.sync-mode' = {s.to.sync_mode} is not supported; only 1 (full columns) is")
-        if s.to.merge:
-            raise ConfigError("'syncer.to.merge' = true is not supported; set it to false")
+        return found
 
 
 # ----------------------------------------------------------------------------------------------- loading
@@ -259,9 +337,18 @@ def load_config(
         return cfg
     changes: dict[str, object] = {}
     for name, variable in _MYSQL_ENV:
-        if loaded.was_set(f"syncer.to.{name}") or variable not in env:
+        if loaded.was_set(f"syncer.to.{name.replace('_', '-')}") or variable not in env:
             continue
         raw = env[variable]
+        if name == "kafka_addrs":
+            try:
+                split_addrs(raw)
+            except ValueError as exc:
+                raise ConfigError(
+                    f"environment variable {variable}: invalid value for 'syncer.to.kafka-addrs': {exc}"
+                ) from None
+            changes[name] = raw.strip()
+            continue
         if name != "port":
             changes[name] = raw
             continue
@@ -282,25 +369,20 @@ def load_config(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = ArgumentParser(
-        prog="drainer", description="TiDB-Binlog drainer: merges the pumps' binlogs and replicates them downstream"
+    return config_parser(
+        "drainer",
+        "TiDB-Binlog drainer: merges the pumps' binlogs and replicates them downstream",
+        DrainerConfig,
+        env_prefix=ENV_PREFIX,
+        go_flags=DRAINER_FLAGS,
     )
-    add_flags(parser, DrainerConfig, env_prefix=ENV_PREFIX)
-    parser.add_argument("--print-config", action="store_true", help="print the effective config and exit")
-    return parser
 
 
 def parse_args(
     argv: list[str] | None = None, env: Mapping[str, str] | None = None
 ) -> tuple[DrainerConfig, argparse.Namespace]:
     """Parse the command line and load the config; raises ConfigError (never exits)."""
-    args = build_parser().parse_args(argv)
-    cfg = load_config(
-        getattr(args, CONFIG_FILE_DEST, None),
-        env=os.environ if env is None else env,
-        flags=flags_from_args(args),
-    )
-    return cfg, args
+    return parse_config_args(build_parser(), load_config, argv, env)
 
 
 def _password(plain: str, encrypted: str, key: str) -> str:

@@ -5,9 +5,25 @@ Key names and defaults are the original's (docs/architecture.md#configuration), 
     [syncer] safe-mode-duration   how long safe mode is forced on after every start (original: fixed 5 min)
     [syncer] max-inflight-bytes   bytes of decoded DMLs between translation and their success downstream
     [syncer] db-type = "sqlite"   our sqlite sink, writing `[syncer.to] path` (default <data-dir>/downstream.db)
-    [[syncer.event-filter]]       per-table DML / DDL event filters (see `EventFilterRule`); this replaces the
-                                  original's `[syncer.binlog-filter-rule.<name>]` + `[[syncer.table-migrate-rule]]`
-                                  pair, whose named-rule indirection our strict config has no shape for.
+    [[syncer.event-filter]]       per-table DML / DDL event filters (see `EventFilterRule`): one self-contained
+                                  rule, with `~regex` name patterns and case-sensitive `ignore-sql` under
+                                  case-sensitive = true, which the original's v2 rules below lack.
+
+The original's v2 rules are read as the original: `[syncer.binlog-filter-rule.<name>]` and
+`[[syncer.table-migrate-rule]]` (`common.table_rules`); their `target` routes tables for the SQL sinks
+(mysql, tidb, sqlite: drainer/sinks/routing.py), where the original routed only for oracle.
+    [syncer.to] protocol          db-type kafka: "secondary-binlog" (the original's messages) or "canal-json"
+    [syncer.to] kafka-ack-timeout db-type kafka: fail when the broker acknowledged nothing for this long
+
+TLS to the downstream and to the checkpoint database: `[syncer.to.security]` and `[syncer.to.checkpoint.security]`
+(ssl-ca, ssl-cert, ssl-key; common/mysql_tls.py).  As the original's GenCheckPointCfg, a checkpoint without its
+own `type` lives on the downstream and uses the downstream's connection, `[syncer.to.security]` included; with
+a type it uses its own host and `[syncer.to.checkpoint.security]`.
+
+Kafka (`db-type = "kafka"`, drainer/sinks/kafka.py): `kafka-addrs` defaults to the KAFKA_ADDRS environment
+variable, else 127.0.0.1:9092 (see `drainer.config.load_config`); `zookeeper-addrs` is accepted with a
+warning and not used (the original read the broker list from ZooKeeper); `kafka-version` must be a Kafka
+version in the original's dotted form (`parse_kafka_version`).
 
 Table-name patterns (`replicate-do-db`, `replicate-do-table`, `ignore-table`): a leading `~` makes the rest a
 regular expression (searched, not anchored); anything else is an exact name. Both match case-insensitively
@@ -16,17 +32,25 @@ unless `case-sensitive = true`. Event-filter patterns are shell wildcards (`*`, 
 
 from __future__ import annotations
 
+import logging
+import re
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from common.config import ByteSize, Duration, at_least
+from common.config import ByteSize, Duration, at_least, between
 from common.filters import CHECKPOINT_SCHEMA, EventFilterRule, Filter, TableName, name_pattern
+from common.mysql_tls import MySQLSecurity
+from common.table_rules import BinlogFilterRule, Router, TableMigrateRule, check_rules, v2_event_rules
+
+log = logging.getLogger(__name__)
 
 DbType = Literal["mysql", "tidb", "sqlite", "file", "pb", "kafka", "oracle", "flash"]
 CheckpointType = Literal["", "mysql", "tidb", "sqlite", "file", "oracle"]
 
-UNSUPPORTED_DB_TYPES: Final = frozenset({"kafka", "oracle"})
+UNSUPPORTED_DB_TYPES: Final = frozenset({"oracle"})
 RELAY_DB_TYPES: Final = frozenset({"mysql", "tidb", "sqlite"})
+ROUTED_DB_TYPES: Final = frozenset({"mysql", "tidb", "sqlite"})
+"""Downstreams `[[syncer.table-migrate-rule]] target` routes tables for (the original: oracle only)."""
 """Downstreams the relay log applies to (the original: mysql, tidb, oracle)."""
 DEFAULT_DB_TYPE: Final = "mysql"
 DEFAULT_TXN_BATCH: Final = 20
@@ -48,6 +72,20 @@ DEFAULT_CHECKPOINT_HOST: Final = "127.0.0.1"
 DEFAULT_CHECKPOINT_USER: Final = "root"
 DEFAULT_CHECKPOINT_PORT: Final = 3306
 SQLITE_DOWNSTREAM_NAME: Final = "downstream.db"
+DEFAULT_KAFKA_ADDRS: Final = "127.0.0.1:9092"
+KAFKA_ADDRS_ENV: Final = "KAFKA_ADDRS"
+DEFAULT_KAFKA_VERSION: Final = "0.8.2.0"
+DEFAULT_KAFKA_MAX_MESSAGES: Final = 1024
+MAX_KAFKA_MAX_MESSAGES: Final = 1_000_000
+"""librdkafka's upper bound of `batch.num.messages`, which kafka-max-messages sets."""
+DEFAULT_KAFKA_MAX_MESSAGE_SIZE: Final = 1_073_741_824
+DEFAULT_KAFKA_CLIENT_ID: Final = "tidb_binlog"
+DEFAULT_KAFKA_ACK_TIMEOUT: Final = 300.0
+"""Ours: the original failed after 30 s without an ack (fixed)."""
+DEFAULT_KAFKA_PROTOCOL: Final = "secondary-binlog"
+KAFKA_TOPIC_SUFFIX: Final = "_obinlog"
+"""The default topic is `<cluster id>_obinlog`, as the original's."""
+KafkaProtocol = Literal["secondary-binlog", "canal-json"]
 
 
 # ----------------------------------------------------------------------------------------------- validators
@@ -81,6 +119,44 @@ def split_schemas(value: str) -> tuple[str, ...]:
     if any(not name for name in names):
         raise ValueError("empty schema name in the comma-separated list")
     return names
+
+
+_KAFKA_VERSION = re.compile(r"(?:0\.\d+\.\d+\.\d+|[1-9]\d*\.\d+\.\d+)")
+MIN_KAFKA_VERSION: Final = (0, 8, 2, 0)
+MAX_KAFKA_MAJOR: Final = 4
+KAFKA_VERSION_FORM: Final = (
+    'a Kafka version as "0.X.Y.Z" before 1.0 (e.g. "0.8.2.0", "0.11.0.2") or "X.Y.Z" from 1.0 on '
+    f'(e.g. "2.1.0", "3.7.0"), from 0.8.2.0 up to {MAX_KAFKA_MAJOR}.x'
+)
+
+
+def parse_kafka_version(value: str) -> tuple[int, ...]:
+    """The numbers of a `kafka-version` value; ValueError naming the accepted form when it is not one."""
+    text = value.strip()
+    if not _KAFKA_VERSION.fullmatch(text):
+        raise ValueError(f"expected {KAFKA_VERSION_FORM}")
+    parts = tuple(int(p) for p in text.split("."))
+    if parts < MIN_KAFKA_VERSION or parts[0] > MAX_KAFKA_MAJOR:
+        raise ValueError(f"unknown Kafka version; expected {KAFKA_VERSION_FORM}")
+    return parts
+
+
+def _kafka_version(value: str) -> None:
+    parse_kafka_version(value)
+
+
+def split_addrs(value: str) -> tuple[str, ...]:
+    """The host:port items of a comma-separated `kafka-addrs` value; ValueError for an empty or bad one."""
+    items = tuple(part.strip() for part in value.split(","))
+    for item in items:
+        host, sep, port = item.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+            raise ValueError(f"expected comma-separated host:port items, got {item!r}")
+    return items
+
+
+def _kafka_addrs(value: str) -> None:
+    split_addrs(value)
 
 
 def _db_type(value: str) -> None:
@@ -119,6 +195,8 @@ class CheckpointConfig:
         metadata={"key": "encrypted_password", "help": "password from binlogctl encrypt (wins)"},
     )
     port: int = field(default=0, metadata={"help": "checkpoint MySQL port", "validate": _port_or_unset})
+    security: MySQLSecurity = field(default_factory=MySQLSecurity)
+    """TLS to the checkpoint database (explicit type only: without one, [syncer.to.security] applies)."""
 
     def validate(self) -> None:
         if not self.schema:
@@ -158,13 +236,35 @@ class ToConfig:
         default=0, metadata={"help": "file sink: days to keep files, 0 = forever", "validate": at_least(0)}
     )
     path: str = field(default="", metadata={"help": "sqlite sink database file (empty: <data-dir>/downstream.db)"})
-    kafka_addrs: str | None = field(default=None, metadata={"help": "ignored: kafka is not supported"})
-    zookeeper_addrs: str | None = field(default=None, metadata={"help": "ignored: kafka is not supported"})
-    kafka_version: str | None = field(default=None, metadata={"help": "ignored: kafka is not supported"})
-    kafka_max_messages: int | None = field(default=None, metadata={"help": "ignored: kafka is not supported"})
-    kafka_max_message_size: int | None = field(default=None, metadata={"help": "ignored: kafka is not supported"})
-    kafka_client_id: str | None = field(default=None, metadata={"help": "ignored: kafka is not supported"})
-    topic_name: str | None = field(default=None, metadata={"help": "ignored: kafka is not supported"})
+    kafka_addrs: str = field(
+        default=DEFAULT_KAFKA_ADDRS,
+        metadata={"help": "kafka: comma-separated brokers host:port [env KAFKA_ADDRS]", "validate": _kafka_addrs},
+    )
+    zookeeper_addrs: str = field(default="", metadata={"help": "kafka: not used (a warning); set kafka-addrs"})
+    kafka_version: str = field(
+        default=DEFAULT_KAFKA_VERSION,
+        metadata={"help": "kafka: broker version, dotted (fallback for brokers < 0.10)", "validate": _kafka_version},
+    )
+    kafka_max_messages: int = field(
+        default=DEFAULT_KAFKA_MAX_MESSAGES,
+        metadata={"help": "kafka: messages per produce batch", "validate": between(1, MAX_KAFKA_MAX_MESSAGES)},
+    )
+    kafka_max_message_size: ByteSize = field(
+        default=DEFAULT_KAFKA_MAX_MESSAGE_SIZE,
+        metadata={"help": "kafka: largest message; a bigger transaction stops the drainer", "validate": _positive},
+    )
+    kafka_client_id: str = field(default=DEFAULT_KAFKA_CLIENT_ID, metadata={"help": "kafka: client.id"})
+    topic_name: str = field(default="", metadata={"help": "kafka: topic (empty: <cluster id>_obinlog)"})
+    protocol: KafkaProtocol = field(
+        default=DEFAULT_KAFKA_PROTOCOL,
+        metadata={"help": "kafka: message format, secondary-binlog (the original's) or canal-json (ours)"},
+    )
+    kafka_ack_timeout: Duration = field(
+        default=DEFAULT_KAFKA_ACK_TIMEOUT,
+        metadata={"help": "kafka: fail when nothing is acknowledged for this long (ours)", "validate": _positive},
+    )
+    security: MySQLSecurity = field(default_factory=MySQLSecurity)
+    """TLS to the downstream (db-type mysql / tidb; common/mysql_tls.py)."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
 
 
@@ -176,7 +276,10 @@ KAFKA_KEYS: Final = (
     "kafka_max_message_size",
     "kafka_client_id",
     "topic_name",
+    "protocol",
+    "kafka_ack_timeout",
 )
+"""The `[syncer.to]` keys only db-type kafka reads."""
 
 
 @dataclass(frozen=True)
@@ -226,6 +329,8 @@ class SyncerConfig:
     disable_detect: bool | None = field(default=None, metadata={"help": "deprecated: use enable-detect"})
     load_schema_snapshot: bool = field(default=False, metadata={"help": "not supported: ignored"})
     case_sensitive: bool = field(default=False, metadata={"help": "match filter patterns case-sensitively"})
+    table_migrate_rule: tuple[TableMigrateRule, ...] = ()
+    binlog_filter_rule: dict[str, BinlogFilterRule] = field(default_factory=dict)
     relay: RelayConfig = field(default_factory=RelayConfig)
     to: ToConfig = field(default_factory=ToConfig)
 
@@ -243,9 +348,18 @@ class SyncerConfig:
     def ignore_schema_names(self) -> tuple[str, ...]:
         return split_schemas(self.ignore_schemas)
 
+    def validate(self) -> None:
+        try:
+            check_rules(self.binlog_filter_rule, self.table_migrate_rule, key="syncer.table-migrate-rule")
+        except ValueError as exc:
+            raise ValueError(str(exc)) from None
+
 
 def syncer_filter(s: SyncerConfig) -> Filter:
     """The drainer's filters, built once from its `[syncer]` section."""
+    for i, rule in enumerate(s.table_migrate_rule):
+        if not rule.binlog_filter_rule and rule.target is None:
+            log.warning("syncer.table-migrate-rule[%d] has no binlog-filter-rule and no target: it does nothing", i)
     return Filter(
         ignore_schemas=s.ignore_schema_names,
         ignore_tables=s.ignore_table,
@@ -253,6 +367,12 @@ def syncer_filter(s: SyncerConfig) -> Filter:
         do_tables=s.replicate_do_table,
         ignore_txn_commit_ts=s.ignore_txn_commit_ts,
         event_rules=s.event_filter,
+        v2_rules=v2_event_rules(s.binlog_filter_rule, s.table_migrate_rule),
         case_sensitive=s.case_sensitive,
         internal_schemas={CHECKPOINT_SCHEMA, s.to.checkpoint.schema},
     )
+
+
+def syncer_router(s: SyncerConfig) -> Router:
+    """The table router of the `[[syncer.table-migrate-rule]]`s with a target (empty: routes nothing)."""
+    return Router(s.table_migrate_rule, case_sensitive=s.case_sensitive)

@@ -7,6 +7,10 @@
                      `pump-stall-report-after` (drainer/stall.py); empty when none.
                      Synced: everything received has been applied and nothing new arrived for
                      `synced-check-time` minutes.
+                     "sink" (ours, only for a sink with numbers of its own): db-type kafka gives
+                     {"type": "kafka", "topic", "messages", "bytes" (acknowledged since start),
+                     "pending_messages", "pending_bytes" (not yet acknowledged), "acked_commit_ts"
+                     (the last commit_ts acknowledged with everything before it)}.
     GET /commit_ts   {"message": "get drainer's latest ts success!", "code": 200, "data": {"ts": N}}
     PUT /state/{nodeID}/{pause|close}
                      200 {"message": "apply action pause success!", "code": 200, "data": null}; refused:
@@ -37,6 +41,10 @@ class DrainerHTTPBackend(Protocol):
 
     def last_ts(self) -> int: ...
 
+    def sink_status(self) -> dict[str, object] | None:
+        """The sink's own numbers (`Sink.status`), or None."""
+        ...
+
     def apply_action(self, node_id: str, action: str) -> None:
         """Start pause/close; raises HTTPActionError when refused."""
         ...
@@ -59,6 +67,9 @@ class _Handler(JsonHandler):
                         "TsMap": "",
                         "stalled_pumps": b.stalled_pumps(),
                     }
+                    sink = b.sink_status()
+                    if sink is not None:
+                        doc["sink"] = sink
                     self.json(HTTPStatus.OK, doc)
             case ["commit_ts"]:
                 if self.allow(method, "GET"):

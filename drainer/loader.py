@@ -36,6 +36,13 @@
   last part: until then its parts only count as work in flight (for ``flush`` and the budget).
 * ``enable_dispatch=False``: one worker, and every upstream transaction is one downstream
   transaction of its own.
+* **Merge** (``merge=True``, ``[syncer.to] merge``): the DMLs of a table with a mergeable primary
+  key (:func:`drainer.merge.merge_key`) skip causality while they accumulate; when the batch is
+  dispatched, each table's DMLs are merged by key (:func:`drainer.merge.merge_by_key`) and the
+  merged changes go through causality (their own keys, so they stay ordered after earlier batches
+  still in flight) to the workers, in units run in safe mode (``REPLACE``).  Other tables are
+  loaded as without merge.  A conflict while placing merged changes runs what is placed as a batch
+  of its own; the batch's transactions are reported only with the rest of their changes.
 """
 
 from __future__ import annotations
@@ -51,8 +58,9 @@ from functools import partial
 from typing import Protocol
 
 from common.backoff import Backoff
-from common.events import DDL, DML, Txn, dml_memory
+from common.events import DDL, DML, TableShape, Txn, dml_memory
 from drainer.causality import Causality, dml_keys, worker_of
+from drainer.merge import merge_by_key, merge_key
 from drainer.sinks.base import OnSuccess, Sink, SinkError
 
 log = logging.getLogger(__name__)
@@ -77,14 +85,18 @@ its map entry), so at most about 18 MB; keys pile up while the workers are never
 TXN_OVERHEAD = 64
 """Bytes counted per transaction on top of what its DMLs take (or its ``size`` when it has none)."""
 CLOSE_JOIN_TIMEOUT = 10.0
+MERGEABLE_CACHE = 4096
+"""Shapes whose mergeability is remembered (cleared when full)."""
 
 
 class ExecError(SinkError):
     """An executor failed; ``retriable`` says whether the same work may be tried again."""
 
-    def __init__(self, message: str, *, retriable: bool = False) -> None:
+    def __init__(self, message: str, *, retriable: bool = False, code: int = 0) -> None:
         super().__init__(message)
         self.retriable = retriable
+        self.code = code
+        """The downstream's error code, 0 if none."""
 
 
 class Executor(Protocol):
@@ -122,6 +134,8 @@ class _Unit:
     safe: bool
     ddl: DDL | None = None
     commit_ts: int = 0
+    merged: bool = False
+    """Merged changes (:mod:`drainer.merge`): always run in safe mode."""
 
 
 class _StoppedError(Exception):
@@ -154,6 +168,7 @@ class Loader:
         ddl_retries: int = DDL_RETRIES,
         backoff: tuple[float, float] = (BACKOFF_FIRST, BACKOFF_MAX),
         name: str = "loader",
+        merge: bool = False,
     ) -> None:
         if worker_count < 1 or txn_batch < 1:
             raise ValueError("worker_count and txn_batch must be at least 1")
@@ -168,6 +183,7 @@ class Loader:
         self.ddl_retries = max(1, ddl_retries)
         self.backoff = backoff
         self._safe_mode = safe_mode
+        self.merge = merge
         self._limit = txn_batch * self.worker_count * EXEC_LIMIT_MULTIPLE
         self._take = txn_batch * EXEC_LIMIT_MULTIPLE  # DMLs a worker takes off its queue at once (whole units)
 
@@ -191,6 +207,11 @@ class Loader:
         self._causality = Causality()
         self._pending: list[list[DML]] = [[] for _ in range(self.worker_count)]
         self._npending = 0
+        self._merging: dict[tuple[str, str], list[DML]] = {}  # (db, table) -> DMLs to merge at dispatch
+        self._nmerging = 0
+        self._merged: list[list[DML]] = [[] for _ in range(self.worker_count)]  # placed merged changes
+        self._placing = False
+        self._mergeable: dict[int, tuple[TableShape, bool]] = {}  # id(shape) -> (shape, has a merge key)
         self._seq = 0
         self._current = _Batch(0)
 
@@ -331,7 +352,7 @@ class Loader:
                 item = self._input.get()
                 while item is not None:
                     self._process(*item)
-                    if self._npending >= self._limit or self.per_txn:
+                    if self._npending + self._nmerging >= self._limit or self.per_txn:
                         self._dispatch()
                     item = None  # no reference to a txn's DMLs while waiting for the next one
                     try:
@@ -364,6 +385,10 @@ class Loader:
             for dml in txn.dmls:
                 if dml.commit_ts == 0:
                     dml.commit_ts = txn.commit_ts
+                if self.merge and self._mergeable_shape(dml.shape):
+                    self._merging.setdefault((dml.shape.db, dml.shape.table), []).append(dml)
+                    self._nmerging += 1
+                    continue
                 w = self._assign(dml)  # may dispatch, which replaces self._pending
                 self._pending[w].append(dml)
                 self._npending += 1
@@ -395,15 +420,47 @@ class Loader:
             assert group is not None
         return worker_of(group, self.worker_count)
 
+    def _mergeable_shape(self, shape: TableShape) -> bool:
+        hit = self._mergeable.get(id(shape))
+        if hit is None or hit[0] is not shape:
+            if len(self._mergeable) >= MERGEABLE_CACHE:
+                self._mergeable.clear()
+            hit = (shape, merge_key(shape) is not None)  # the entry holds the shape: its id is not reused
+            self._mergeable[id(shape)] = hit
+        return hit[1]
+
+    def _place_merged(self) -> None:
+        """Merge each table's accumulated DMLs and give the merged changes to workers (see the module doc)."""
+        groups, self._merging, self._nmerging = self._merging, {}, 0
+        self._placing = True
+        try:
+            for key in list(groups):
+                for dml in merge_by_key(groups.pop(key)):
+                    w = self._assign(dml)  # a conflict dispatches what is placed so far (see _dispatch)
+                    self._merged[w].append(dml)
+                    self._npending += 1
+        finally:
+            self._placing = False
+
     def _dispatch(self) -> None:
-        batch = self._current
+        if self._merging and not self._placing:
+            self._place_merged()
         self._seq += 1
-        self._current = _Batch(self._seq)
+        if self._placing:
+            # a causality conflict while placing merged changes: run those placed so far on their own;
+            # the transactions stay in the current batch, reported after the rest of their changes
+            batch = _Batch(self._seq)
+        else:
+            batch = self._current
+            self._current = _Batch(self._seq)
         if not batch.commit_ts and not batch.parts and self._npending == 0:
             return
         safe = self._safe_mode
         units = [(w, _Unit(batch, dmls, safe)) for w, dmls in enumerate(self._pending) if dmls]
+        units += [(w, _Unit(batch, dmls, True, merged=True)) for w, dmls in enumerate(self._merged) if dmls]
         self._pending = [[] for _ in range(self.worker_count)]
+        if self.merge:
+            self._merged = [[] for _ in range(self.worker_count)]
         self._npending = 0
         self._submit(batch, units)
 
@@ -488,8 +545,21 @@ class Loader:
             what = f"DDL at commit_ts {first.commit_ts}"
             self._retry(partial(self._exec_ddl, w.executor, first.ddl, first.commit_ts), self.ddl_retries, what, False)
             return
-        safe = any(u.safe for u in units)
-        dmls = first.dmls if len(units) == 1 else [d for u in units for d in u.dmls]
+        if self.merge:
+            # merged changes in safe mode, the others as their mode says; they are of different tables
+            # (a table merges or not for as long as its shape lives, and a DDL is a barrier), so either
+            # may go first
+            plain = [u for u in units if not u.merged]
+            if plain:
+                self._run_dmls(w, plain, any(u.safe for u in plain))
+            merged = [u for u in units if u.merged]
+            if merged:
+                self._run_dmls(w, merged, True)
+        else:
+            self._run_dmls(w, units, any(u.safe for u in units))
+
+    def _run_dmls(self, w: _Worker, units: list[_Unit], safe: bool) -> None:
+        dmls = units[0].dmls if len(units) == 1 else [d for u in units for d in u.dmls]
         step = len(dmls) if self.per_txn else self.txn_batch
         for i in range(0, len(dmls), step):
             chunk = dmls[i : i + step]

@@ -2,6 +2,8 @@
 
     drainer --config drainer.toml
     drainer --pd-urls http://127.0.0.1:2379 --addr 127.0.0.1:8249 --dest-db-type sqlite
+    drainer -config drainer.toml -c 8 -dest-db-type file -safe-mode=false   (the original's Go flags)
+    drainer -V                                                              (release, git hash, build time)
 
 Config: defaults < `--config drainer.toml` < DRAINER_* environment < flags (see drainer/config.py).
 A bad value exits with status 2 and one line on stderr.  A failed start (etcd or pd-server

@@ -1,6 +1,11 @@
 """Prometheus metrics of the drainer, on a private registry per `DrainerMetrics` (docs/architecture.md#metrics).
 
-Names, types, labels and buckets are the original's; prometheus_client exposes a counter `x` as `x_total`.
+Every series the original drainer exports, under its exact name, type, labels and buckets (the fact list
+is tests/data/original_metrics.txt).  `render()` writes counters as the Go client does: a counter
+registered as `x` is scraped as `x` (`BARE_COUNTERS`, common/metrics_text.py), not prometheus_client's
+`x_total`; `binlog_drainer_ddl_jobs_total` is the original's own name, and ours named `..._total`
+keep it.  The process collector's `process_*` series are served as the original's; its `go_*` ones are
+not (no Go runtime here).
 
     binlog_drainer_pump_position{nodeID}            gauge: physical ms of the last commit_ts the merger took
                                                     from the pump (read at scrape time)
@@ -40,6 +45,15 @@ Ours (what the original lacked):
                                                     (drainer/stall.py)
     binlog_drainer_pump_stalled{nodeID}             gauge: 1 while that pump is stalled, else 0
 
+    db-type kafka only (drainer/sinks/kafka.py; the original had sarama's go-metrics, not Prometheus):
+
+    binlog_drainer_kafka_messages_total             counter: messages the broker acknowledged
+    binlog_drainer_kafka_bytes_total                counter: value bytes of those messages
+    binlog_drainer_kafka_pending_messages           gauge: messages produced, not yet acknowledged
+    binlog_drainer_kafka_pending_bytes              gauge: their value bytes (what max-inflight-bytes bounds)
+    binlog_drainer_kafka_acked_commit_ts            gauge: physical ms of the last commit_ts acknowledged
+                                                    together with everything before it
+
 Pull latency per pump (`binlog_reach_duration_time`, as the original `drainer/pump.go` measured it):
 drainer wall clock when its puller has parsed a binlog received from the pump, minus the physical part
 of that binlog's commit_ts (pd-server's clock when the transaction committed).  Observed for every
@@ -52,9 +66,9 @@ buckets end at 6.55 s, as the original's: a catch-up after a stop lands in +Inf;
 
 Not here: `update_mark_table` of query_duration_time (no mark table: bidirectional replication is
 not implemented); `queue_size{name=worker_N}` (the loader's per-worker queues are internal; their
-bytes are in `loader_inflight_bytes`).  `binlog_drainer_slow_chaser_catchup_time_seconds` is the
-pump's (`binlog_pump_storage_slow_chaser_catchup_time_seconds`, pump/metrics.py).  The binlogfile
-series of the file sink (`common.binlogfile.metrics`) are served here too.
+bytes are in `loader_inflight_bytes`).  `binlog_drainer_slow_chaser_catchup_time_seconds` is
+served by the pump, as in the original (pump/metrics.py).  The binlogfile series of the file sink
+(`common.binlogfile.metrics`) are served here too, as the original's drainer did.
 
 Hot paths stay cheap: children are bound once (per pump for the puller's, in `source()`), events are
 counted per transaction with one `inc(n)` per type, and nothing here takes a lock of its own; gauges of
@@ -74,16 +88,12 @@ from prometheus_client import (
     CollectorRegistry,
     Counter,
     Gauge,
-    GCCollector,
     Histogram,
-    PlatformCollector,
-    ProcessCollector,
-    generate_latest,
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from common import tso
+from common import metrics_text, process_metrics, tso
 from common.binlogfile import metrics as binlogfile_metrics
 from common.errors import CodecError
 from common.events import DML, DMLType
@@ -92,6 +102,7 @@ from drainer.errors import PullerError
 if TYPE_CHECKING:
     from drainer.merger import Merger
     from drainer.sinks.base import Sink
+    from drainer.sinks.kafka_window import KafkaStats
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +113,15 @@ EXEC_BUCKETS: Final = tuple(0.00005 * 2**i for i in range(18))
 SIZE_BUCKETS: Final = tuple(16.0 * 2**i for i in range(25))
 """ExponentialBuckets(16, 2, 25): read binlog size."""
 UNMARSHAL_BINLOG: Final = "unmarshal_binlog"
+BARE_COUNTERS: Final = frozenset(
+    {
+        "binlog_drainer_error_count",
+        "binlog_drainer_disorder_binlog_count",
+        "binlog_drainer_event",
+        *binlogfile_metrics.BARE_COUNTERS,
+    }
+)
+"""Counters scraped under their registered name, as the original's Go client writes them (no `_total`)."""
 
 
 def error_type(exc: BaseException) -> str:
@@ -172,6 +192,34 @@ class _LiveCollector(Collector):
         yield flag
 
 
+class _KafkaCollector(Collector):
+    """The Kafka sink's numbers, read when scraped."""
+
+    def __init__(self, stats: Callable[[], KafkaStats]) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterable[Metric]:
+        try:
+            st = self._stats()
+        except Exception:  # a scrape never fails because the sink is closing
+            return
+        yield CounterMetricFamily(
+            "binlog_drainer_kafka_messages_total", "messages Kafka acknowledged", value=st.messages
+        )
+        yield CounterMetricFamily("binlog_drainer_kafka_bytes_total", "value bytes Kafka acknowledged", value=st.bytes)
+        yield GaugeMetricFamily(
+            "binlog_drainer_kafka_pending_messages", "messages not yet acknowledged", value=st.pending_messages
+        )
+        yield GaugeMetricFamily(
+            "binlog_drainer_kafka_pending_bytes", "value bytes not yet acknowledged", value=st.pending_bytes
+        )
+        yield GaugeMetricFamily(
+            "binlog_drainer_kafka_acked_commit_ts",
+            "physical ms of the last commit_ts acknowledged with everything before it",
+            value=tso.physical(st.acked_commit_ts),
+        )
+
+
 class SourceMetrics:
     """One pump's pull series, bound once for its puller."""
 
@@ -211,7 +259,8 @@ class DrainerMetrics:
     """The drainer's metrics; `render()` gives the text for GET /metrics.
 
     The callables read live state at scrape time: pump positions (commit_ts per node id), the merger's
-    total bytes (`queue_size`), its disorder count, its bytes per pump and the sink's in-flight bytes.
+    total bytes (`queue_size`), its disorder count, its bytes per pump, the sink's in-flight bytes and
+    (db-type kafka) the Kafka sink's numbers.
     `for_drainer` wires them to a merger and a sink."""
 
     def __init__(
@@ -223,13 +272,14 @@ class DrainerMetrics:
         source_bytes: Callable[[], dict[str, int]] = dict,
         inflight_bytes: Callable[[], int] = lambda: 0,
         stalled: Callable[[], dict[str, float]] = dict,
+        kafka: Callable[[], KafkaStats] | None = None,
     ) -> None:
         r = self.registry = CollectorRegistry()
         self.checkpoint_tso = Gauge("binlog_drainer_checkpoint_tso", "save checkpoint tso (physical ms)", registry=r)
         self.checkpoint_delay = Histogram(
             "binlog_drainer_checkpoint_delay_seconds", "checkpoint delay (s)", buckets=DELAY_BUCKETS, registry=r
         )
-        self.ddl_jobs = Counter("binlog_drainer_ddl_jobs", "DDL jobs handled", registry=r)
+        self.ddl_jobs = Counter("binlog_drainer_ddl_jobs_total", "DDL jobs handled", registry=r)
         self.event = Counter("binlog_drainer_event", "sql events (dml, ddl, savepoint)", ["type"], registry=r)
         self.error = Counter("binlog_drainer_error_count", "errors by type", ["type"], registry=r)
         self.execute_duration = Histogram(
@@ -269,9 +319,9 @@ class DrainerMetrics:
         )
         r.register(_LiveCollector(positions, queue_size, disorders, source_bytes, inflight_bytes, stalled=stalled))
         r.register(binlogfile_metrics.collector())
-        ProcessCollector(registry=r)
-        PlatformCollector(registry=r)
-        GCCollector(registry=r)
+        if kafka is not None:
+            r.register(_KafkaCollector(kafka))
+        process_metrics.register(r)
 
     @classmethod
     def for_drainer(
@@ -286,6 +336,8 @@ class DrainerMetrics:
         `StallMonitor.stalled_seconds`), and `sink` reports its downstream timings here from now on
         (call before the sink starts)."""
 
+        from drainer.sinks.kafka import KafkaSink
+
         def source_bytes() -> dict[str, int]:
             return {n: merger.buffered_bytes(n) for n in merger.source_ids()}
 
@@ -296,6 +348,7 @@ class DrainerMetrics:
             source_bytes=source_bytes,
             inflight_bytes=lambda: sink.inflight_bytes,
             stalled=stalled,
+            kafka=sink.stats if isinstance(sink, KafkaSink) else None,
         )
         sink.set_observer(metrics.sink)
         return metrics
@@ -332,4 +385,4 @@ class DrainerMetrics:
         self.error.labels(type=error_type(exc)).inc()
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        return metrics_text.render(self.registry, BARE_COUNTERS)

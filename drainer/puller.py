@@ -8,7 +8,19 @@ the merger accepted from this pump; every (re)connection resumes after it, so no
 repeated across reconnects.
 
 * A stream error (pump down, restarted, shutting down) is logged, and after `reconnect_interval`
-  the puller dials again on a fresh channel, for as long as it lives.
+  the puller dials again on a fresh channel, for as long as it lives.  The first failure, and then one
+  every FAILURE_LOG_INTERVAL while they go on, is a WARNING.
+* A stream that delivers nothing for `idle_timeout` (30 s) while the puller waits for it is cancelled
+  and dialled again from `last_ts`: the nemesis suite found a drainer waiting 4 minutes on a stream
+  whose pump was gone while a partition dropped what it sent (a half-open connection: the drainer
+  sends nothing on a server stream, so it never learns).  Silence is not always death: a pump serves
+  nothing while its watermark waits for a slow transaction's commit (fake binlogs wait too), and a
+  very large binlog on a slow link takes long to arrive.  So each idle cancel doubles this puller's
+  timeout (up to MAX_IDLE_TIMEOUT) until a message arrives, which resets it: a healthy quiet pump is
+  redialled a few times (cheap, from the same offset), and a slow large binlog gets the time it needs.
+  Only time spent waiting for the stream counts, not time the merger keeps the puller waiting.  gRPC
+  keepalive pings would find a half-open connection too, but a Go pump's default policy answers
+  pings more often than every 5 minutes with GOAWAY.
 * A payload that does not parse as `binlog.Binlog` is fatal: `error` is set, `on_error` is called with
   a message naming the pump and the offset, and the thread stops.
 * `pause()` ends the stream and does not dial again until `resume()` (a paused pump has exited; its
@@ -29,6 +41,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
@@ -56,6 +69,12 @@ LARGE_BINLOG_BYTES: Final = 10 << 20
 """A binlog at least this large is logged (original: 10 MiB)."""
 CLOSE_JOIN_TIMEOUT: Final = 10.0
 """`close()` waits at most this long for the thread."""
+DEFAULT_IDLE_TIMEOUT: Final = 30.0
+"""Seconds a stream may deliver nothing before it is cancelled and dialled again (10 fake-binlog intervals)."""
+MAX_IDLE_TIMEOUT: Final = 3600.0
+"""The idle timeout doubles after each idle cancel up to this (a 2 GiB binlog at 1 MB/s takes 35 minutes)."""
+FAILURE_LOG_INTERVAL: Final = 30.0
+"""While reconnects keep failing, one WARNING per this many seconds (the others are DEBUG)."""
 _PUT_SLICE: Final = 0.2
 """A blocked `Merger.put` re-checks whether the puller is closing this often."""
 
@@ -83,6 +102,7 @@ class Puller:
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         metrics: DrainerMetrics | None = None,
         tls: TLS | None = None,
+        idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
     ) -> None:
         if compressor not in COMPRESSORS:
             raise ValueError(f"unknown compressor {compressor!r}: use one of {sorted(COMPRESSORS)}")
@@ -104,6 +124,17 @@ class Puller:
         self._call: Any = None  # the live PullBinlogs call (a grpc.Call and iterator)
         self._thread: threading.Thread | None = None
         self._failures = 0
+        self._warned_at = float("-inf")
+        self._base_idle_timeout = idle_timeout
+        self.idle_timeout = idle_timeout
+        """The current idle timeout: doubled by each idle cancel, reset by a message."""
+        self._idle_cancelled: object | None = None
+        """The call the watchdog cancelled (its CANCELLED error is not a failure to report)."""
+        self._waiting_since: float | None = None
+        """time.monotonic() since which the thread waits for the stream's next message (None: it does not)."""
+        self.idle_cancels = 0
+        """Streams cancelled for silence (for tests and logs)."""
+        self._watchdog: threading.Thread | None = None
         self._metrics = None if metrics is None else metrics.source(node_id)  # pull latency, binlog size
 
     # ---------------------------------------------------------------------------- lifecycle
@@ -113,6 +144,8 @@ class Puller:
                 return
             self._thread = threading.Thread(target=self._run, name=f"puller-{self.node_id}", daemon=True)
             self._thread.start()
+            self._watchdog = threading.Thread(target=self._watch_idle, name=f"puller-idle-{self.node_id}", daemon=True)
+            self._watchdog.start()
         log.info("puller started node_id=%s addr=%s offset=%d", self.node_id, self.addr, self.last_ts)
 
     @property
@@ -172,6 +205,31 @@ class Puller:
         if self._call is not None:
             self._call.cancel()
 
+    def _watch_idle(self) -> None:
+        """Cancel the stream when the thread has waited `idle_timeout` for its next message."""
+        with self._cond:
+            while not self._closed:
+                self._cond.wait(min(1.0, self._base_idle_timeout / 4))
+                since, call = self._waiting_since, self._call
+                if since is None or call is None or self._paused or self._closed:
+                    continue
+                if time.monotonic() - since < self.idle_timeout:
+                    continue
+                self.idle_cancels += 1
+                self._waiting_since = None
+                self._idle_cancelled = call
+                waited, self.idle_timeout = self.idle_timeout, min(self.idle_timeout * 2, MAX_IDLE_TIMEOUT)
+                log.warning(
+                    "pull stream of node_id=%s at %s delivered nothing for %.0fs: dialling again from offset=%d "
+                    "(next idle limit %.0fs; a pump whose watermark waits for a slow transaction is quiet too)",
+                    self.node_id,
+                    self.addr,
+                    waited,
+                    self.last_ts,
+                    self.idle_timeout,
+                )
+                call.cancel()
+
     # ------------------------------------------------------------------------------- thread
     def _run(self) -> None:
         try:
@@ -228,9 +286,13 @@ class Puller:
                 self._call = call
             log.debug("pulling node_id=%s addr=%s offset=%d", self.node_id, addr, offset)
             while self._wait_room():
+                with self._cond:
+                    self._waiting_since = time.monotonic()
                 try:
                     raw = next(call, None)
                 finally:
+                    with self._cond:
+                        self._waiting_since = None
                     self._merger.received(self.node_id)
                 if raw is None:
                     log.warning("pull stream of node_id=%s ended without an error; reconnecting", self.node_id)
@@ -244,30 +306,38 @@ class Puller:
         finally:
             with self._cond:
                 call_now, self._call = self._call, None
+                self._idle_cancelled = None
             if call_now is not None:
                 call_now.cancel()
             channel.close()
 
     def _stream_failed(self, addr: str, exc: grpc.RpcError) -> None:
+        now = time.monotonic()
         with self._cond:
             if self._closed or self._paused:
                 return  # we cancelled it
+            if self._idle_cancelled is not None and self._idle_cancelled is self._call:
+                return  # the idle watchdog cancelled it, and said so
             self._failures += 1
             failures = self._failures
+            warn = failures == 1 or now - self._warned_at >= FAILURE_LOG_INTERVAL
+            if warn:
+                self._warned_at = now
         code_of = getattr(exc, "code", None)
         details_of = getattr(exc, "details", None)
         code = code_of().name if callable(code_of) else type(exc).__name__
         details = details_of() if callable(details_of) else str(exc)
         if code == "UNAVAILABLE":
             details += connect_hint(self._credentials is not None)
-        level = logging.WARNING if failures == 1 else logging.DEBUG
         log.log(
-            level,
-            "pull stream of node_id=%s at %s failed (%s: %s); reconnecting every %.1fs from offset=%d",
+            logging.WARNING if warn else logging.DEBUG,
+            "pull stream of node_id=%s at %s failed (%s: %s; %d failures in a row); reconnecting every %.1fs "
+            "from offset=%d",
             self.node_id,
             addr,
             code,
             details,
+            failures,
             self._reconnect_interval,
             self.last_ts,
         )
@@ -299,6 +369,9 @@ class Puller:
         if self._failures:
             log.info("pull stream of node_id=%s is back after %d failures", self.node_id, self._failures)
             self._failures = 0
+        if self.idle_timeout != self._base_idle_timeout:
+            with self._cond:
+                self.idle_timeout = self._base_idle_timeout
         if commit_ts <= self.last_ts:
             log.warning(
                 "pump node_id=%s sent commit_ts=%d not after offset=%d; skipped", self.node_id, commit_ts, self.last_ts

@@ -46,7 +46,7 @@ from common.errors import BinlogError, CodecError, ConfigError, StorageError
 from common.events import Txn, dml_memory
 from common.pb import secondary_binlog_pb2 as spb
 from drainer.relay_codec import ShapeCache, closing_marker, decode_record, encode_txn, marker_kind, opening_marker
-from drainer.sinks.base import OnSuccess, Sink, SinkError, SinkObserver
+from drainer.sinks.base import OnSuccess, Sink, SinkError, WrappingSink
 
 __all__ = [
     "DEFAULT_MAX_PENDING_BYTES",
@@ -130,7 +130,7 @@ class _Queued:
     cost: int
 
 
-class RelaySink(Sink):
+class RelaySink(WrappingSink):
     """Relay log in front of `inner`; see the module doc."""
 
     def __init__(
@@ -142,9 +142,8 @@ class RelaySink(Sink):
         max_file_size: int,
         max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
     ) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.name = f"relay+{inner.name}"
-        self.safe_mode_aware = inner.safe_mode_aware
         self._dir = os.fspath(directory)
         self._budget = max(1, max_pending_bytes)
         try:
@@ -176,16 +175,6 @@ class RelaySink(Sink):
     @property
     def directory(self) -> str:
         return self._dir
-
-    @property
-    def takes_parts(self) -> bool:
-        return self.inner.takes_parts
-
-    def set_safe_mode(self, on: bool) -> None:
-        self.inner.set_safe_mode(on)
-
-    def set_observer(self, observer: SinkObserver) -> None:
-        self.inner.set_observer(observer)
 
     @property
     def inflight_bytes(self) -> int:

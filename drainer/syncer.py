@@ -145,6 +145,14 @@ class Syncer:
         self.sink.set_safe_mode(self._forced_safe or self.safe_mode)
         if self._forced_safe:
             log.info("safe mode forced for %.0fs from the first binlog", self.safe_mode_duration)
+        elif last is not None and not last.consistent and not self.safe_mode:
+            log.warning(
+                "the last run did not stop cleanly (checkpoint commit_ts=%d is not consistent) and safe mode is "
+                "off ([syncer] safe-mode-duration = 0, safe-mode = false): binlogs it applied after its last "
+                "checkpoint are applied again as they are (into MySQL: plain INSERTs, and a duplicate key then "
+                "stops the drainer); set safe-mode-duration (default 5m) to replay them idempotently",
+                last.commit_ts,
+            )
         self.sink.start(self._on_success)
         self._started = True
         for name, target in (("syncer", self._run), ("checkpoint-saver", self._saver)):

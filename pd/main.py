@@ -21,7 +21,8 @@ import sys
 import threading
 
 from common.cli import fail
-from common.config import ArgumentParser, add_flags, dump, load_args, run_command
+from common.config import dump, load_args, run_command
+from common.config.cli import config_parser
 from common.errors import ConfigError, ListenError, UnavailableError
 from common.etcd import EtcdClient
 from common.logsetup import setup_logging
@@ -38,9 +39,7 @@ CLOCK_SKEW_ENV = "BINLOG_TEST_CLOCK_SKEW_MS"
 
 @run_command(prog="pd-server")
 def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(prog="pd-server", description="TSO and cluster id service over etcd")
-    add_flags(parser, PDConfig, env_prefix=ENV_PREFIX)
-    parser.add_argument("--print-config", action="store_true", help="print the effective config and exit")
+    parser = config_parser("pd-server", "TSO and cluster id service over etcd", PDConfig, env_prefix=ENV_PREFIX)
     args = parser.parse_args(argv)
     cfg = load_args(PDConfig, args, env=os.environ, env_prefix=ENV_PREFIX)
     if args.print_config:

@@ -53,6 +53,7 @@ from pump.node import (
     NotifyError,
     NotifyPolicy,
     PumpNode,
+    node_id_history,
     resolve_node_id,
     wait_safe_to_offline,
 )
@@ -67,7 +68,8 @@ GRPC_STOP_GRACE: Final = 10.0
 
 StorageFactory = Callable[[Path, StorageOptions, CommitResolver | None], PumpStorage]
 """Builds the storage from (data dir, options, resolver or None).  Tests pass their own."""
-ResolverFactory = Callable[[PumpConfig], CommitResolver | None]
+ResolverFactory = Callable[[PumpConfig, str], CommitResolver | None]
+"""(config, node id) -> the commit resolver, or None."""
 
 
 def default_storage_factory(
@@ -92,8 +94,9 @@ def default_storage_factory(
     return storage
 
 
-def default_resolver_factory(cfg: PumpConfig) -> CommitResolver | None:
-    """`TxnStatusResolver` over `[upstream] txn-status-dsn`; None (no resolve passes) when it is empty."""
+def default_resolver_factory(cfg: PumpConfig, node_id: str) -> CommitResolver | None:
+    """`TxnStatusResolver` over `[upstream] txn-status-dsn` for the pump `node_id`; None (no resolve
+    passes) when it is empty."""
     dsn = cfg.upstream.txn_status_dsn
     if not dsn.strip():
         log.warning(
@@ -103,7 +106,12 @@ def default_resolver_factory(cfg: PumpConfig) -> CommitResolver | None:
         return None
     from pump.resolver import open_resolver
 
-    return open_resolver(dsn, max_txn_timeout=cfg.storage.max_txn_timeout, status_row_ttl=cfg.upstream.status_row_ttl)
+    return open_resolver(
+        dsn,
+        max_txn_timeout=cfg.storage.max_txn_timeout,
+        status_row_ttl=cfg.upstream.status_row_ttl,
+        node_id={node_id, *node_id_history(cfg.data_dir)},
+    )
 
 
 class PumpApp:
@@ -164,7 +172,7 @@ class PumpApp:
         node_id = resolve_node_id(cfg.data_dir, cfg.node_id, cfg.listen_port)
         log.info("pump node_id=%s cluster_id=%d data_dir=%s", node_id, self.cluster_id, cfg.data_dir)
 
-        self.resolver = self._resolver_factory(cfg)
+        self.resolver = self._resolver_factory(cfg, node_id)
         self.metrics = PumpMetrics(self._storage_status_for_metrics, self._inflight_write_bytes)
         if self._storage_factory is not None:
             storage = self._storage_factory(cfg.data_dir, cfg.storage_options(), self.resolver)

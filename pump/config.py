@@ -19,7 +19,9 @@ both from every source.  `PumpConfig.gc` holds seconds.
 The original's deprecated keys (`binlog-file-size`, `enable-binlog-slice`, `binlog-slice-size`,
 `log-rotate`) and its push-gateway flags (`metrics-addr`, `metrics-interval`) are accepted and ignored;
 `PumpConfig.ignored_keys()` lists the ones that are set so `main` can warn about them.
-`[storage.kv]` keys are accepted and advisory: the plyvel index keeps its own tuning.
+The original's Go flags (`-config`, `-L`, `-fake-binlog-interval`, ...) work too (common/config/goflags.py).
+`[storage.kv]` sets the index's LevelDB options where LevelDB has one (`KVConfig`); the rest are named by
+`ignored_keys()` when set to anything but their default.
 `[security]` turns on TLS for gRPC, etcd and HTTP (common/tls.py); `check_supported()` checks its files.
 """
 
@@ -28,24 +30,21 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
-import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal
 
 from common.config import (
-    ArgumentParser,
     ByteSize,
     Duration,
-    add_flags,
     at_least,
-    flags_from_args,
     load,
     parse_duration,
 )
-from common.config.cli import CONFIG_FILE_DEST
+from common.config.cli import config_parser, parse_config_args
 from common.config.convert import show
+from common.config.goflags import PUMP_FLAGS
 from common.config.node import NodeAddress, SecurityConfig
 from common.config.node import validate_etcd_urls as _etcd_urls
 from common.config.node import validate_host_port as _host_port
@@ -54,11 +53,13 @@ from common.logsetup import DEFAULT_LOG_FORMAT, DEFAULT_MAX_BACKUPS, DEFAULT_MAX
 from common.txnstatus import DEFAULT_STATUS_ROW_TTL
 from pump.storage.api import (
     DEFAULT_KV_CHAN_CAP,
+    DEFAULT_KV_WRITE_BUFFER,
     DEFAULT_MAX_TXN_TIMEOUT,
     DEFAULT_RESOLVE_INTERVAL,
     DEFAULT_SLOW_WRITE_THRESHOLD,
     DEFAULT_STOP_WRITE_AT_AVAILABLE_SPACE,
     DEFAULT_VALUE_LOG_FILE_SIZE,
+    LevelDBOptions,
     StorageOptions,
 )
 
@@ -92,6 +93,11 @@ LogLevel = Literal["debug", "info", "warn", "warning", "error", "fatal"]
 def _positive(value: float) -> None:
     if not value > 0:
         raise ValueError("must be > 0")
+
+
+def _kv_write_buffer(value: int) -> None:
+    if value and not 64 * 1024 <= value <= 1024**3:
+        raise ValueError("must be between 64KiB and 1GiB (LevelDB's limits for write_buffer_size)")
 
 
 def _not_negative(value: float) -> None:
@@ -146,20 +152,79 @@ def _message_size(value: int) -> None:
         raise ValueError(f"must be between 1 and {MAX_MESSAGE_SIZE_LIMIT} (2 GiB)")
 
 
+def _bytes_text(n: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift}{unit}"
+    return str(n)
+
+
+def _in_range(low: int, high: int, what: str) -> Callable[[int], None]:
+    """`low` <= value <= `high`, or 0 (the default, as the original)."""
+
+    def check(value: int) -> None:
+        if value and not low <= value <= high:
+            raise ValueError(f"must be between {_bytes_text(low)} and {_bytes_text(high)} ({what})")
+
+    return check
+
+
 @dataclass(frozen=True)
 class KVConfig:
-    """`[storage.kv]`: the original's goleveldb tuning. Accepted for compatibility; advisory for plyvel."""
+    """`[storage.kv]`: the original's goleveldb tuning, for the index's LevelDB (plyvel).
 
-    block_cache_capacity: ByteSize = 8 * 1024 * 1024
+    Used: `write-buffer` (write_buffer_size), `block-cache-capacity` (the block cache, lru_cache_size),
+    `block-size`, `block-restart-interval`, `compaction-table-size` (max_file_size: goleveldb's
+    CompactionTableSize is the size of a table file).  The other five tune goleveldb's compaction
+    triggers, which LevelDB fixes at build time: `ignored_keys()` names each one set to anything but its
+    default.  As the original's setDefaultStorageConfig, a value <= 0 means the key's default."""
+
+    block_cache_capacity: ByteSize = field(
+        default=8 * 1024 * 1024, metadata={"validate": _in_range(1, 1 << 40, "the block cache")}
+    )
     block_restart_interval: int = 16
-    block_size: ByteSize = 4096
+    block_size: ByteSize = field(
+        default=4096, metadata={"validate": _in_range(1 << 10, 4 << 20, "LevelDB's limits for block_size")}
+    )
     compaction_l0_trigger: int = field(default=8, metadata={"key": "compaction-L0-trigger"})
-    compaction_table_size: ByteSize = 64 * 1024 * 1024
+    compaction_table_size: ByteSize = field(
+        default=64 * 1024 * 1024,
+        metadata={"validate": _in_range(1 << 20, 1 << 30, "LevelDB's limits for max_file_size")},
+    )
     compaction_total_size: ByteSize = 512 * 1024 * 1024
     compaction_total_size_multiplier: float = 8.0
-    write_buffer: ByteSize = 64 * 1024 * 1024
+    write_buffer: ByteSize = field(default=DEFAULT_KV_WRITE_BUFFER, metadata={"validate": _kv_write_buffer})
     write_l0_pause_trigger: int = field(default=24, metadata={"key": "write-L0-pause-trigger"})
     write_l0_slowdown_trigger: int = field(default=17, metadata={"key": "write-L0-slowdown-trigger"})
+
+    def leveldb(self) -> LevelDBOptions:
+        d = LevelDBOptions()
+        return LevelDBOptions(
+            write_buffer_size=self.write_buffer or d.write_buffer_size,
+            lru_cache_size=self.block_cache_capacity or d.lru_cache_size,
+            block_size=self.block_size or d.block_size,
+            block_restart_interval=max(self.block_restart_interval, 0) or d.block_restart_interval,
+            max_file_size=self.compaction_table_size or d.max_file_size,
+        )
+
+    def ignored_keys(self) -> list[str]:
+        """The keys LevelDB has no option for that are set to anything but their default."""
+        defaults = KVConfig()
+        return [
+            f"storage.kv.{key}"
+            for name, key in _KV_UNUSED
+            if getattr(self, name) > 0 and getattr(self, name) != getattr(defaults, name)
+        ]
+
+
+_KV_UNUSED: Final = (
+    ("compaction_l0_trigger", "compaction-L0-trigger"),
+    ("compaction_total_size", "compaction-total-size"),
+    ("compaction_total_size_multiplier", "compaction-total-size-multiplier"),
+    ("write_l0_pause_trigger", "write-L0-pause-trigger"),
+    ("write_l0_slowdown_trigger", "write-L0-slowdown-trigger"),
+)
+_KV_UNUSED_WHY: Final = "LevelDB fixes its compaction triggers and level sizes at build time; plyvel cannot set them"
 
 
 @dataclass(frozen=True)
@@ -284,7 +349,9 @@ class PumpConfig(NodeAddress):
         default=DEFAULT_MAX_MESSAGE_SIZE,
         metadata={"help": "largest gRPC message received or sent", "validate": _message_size},
     )
-    enable_debug: bool = field(default=False, metadata={"help": "accepted for compatibility; /debug is always on"})
+    enable_debug: bool = field(
+        default=False, metadata={"help": "ignored, as the original ignored it (use log-level = debug)"}
+    )
     binlog_file_size: int | None = field(default=None, metadata={"help": "deprecated, ignored"})
     enable_binlog_slice: bool | None = field(default=None, metadata={"help": "deprecated, ignored"})
     binlog_slice_size: int | None = field(default=None, metadata={"help": "deprecated, ignored"})
@@ -308,15 +375,23 @@ class PumpConfig(NodeAddress):
             stop_write_at_available_space=s.stop_write_at_available_space,
             resolve_interval=s.resolve_interval,
             max_txn_timeout=s.max_txn_timeout,
+            kv=s.kv.leveldb(),
         )
 
     def ignored_keys(self) -> list[str]:
         """One warning line per deprecated or unsupported key that is set."""
-        return [
+        found = [
             f"config key '{key}' is ignored ({why})"
             for name, key, why in _IGNORED_KEYS
             if getattr(self, name) is not None
         ]
+        if self.enable_debug:
+            found.append(
+                "config key 'enable-debug' is ignored (the original defined it and never read it; "
+                "set log-level = debug for debug logs)"
+            )
+        found += [f"config key '{key}' is ignored ({_KV_UNUSED_WHY})" for key in self.storage.kv.ignored_keys()]
+        return found
 
     def check_supported(self) -> None:
         """Raise ConfigError for `[security]` files that cannot be used (read and checked here, so a bad
@@ -338,20 +413,17 @@ def load_config(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = ArgumentParser(prog="pump", description="TiDB-Binlog pump: stores binlogs and serves them in order")
-    add_flags(parser, PumpConfig, env_prefix=ENV_PREFIX)
-    parser.add_argument("--print-config", action="store_true", help="print the effective config and exit")
-    return parser
+    return config_parser(
+        "pump",
+        "TiDB-Binlog pump: stores binlogs and serves them in order",
+        PumpConfig,
+        env_prefix=ENV_PREFIX,
+        go_flags=PUMP_FLAGS,
+    )
 
 
 def parse_args(
     argv: list[str] | None = None, env: Mapping[str, str] | None = None
 ) -> tuple[PumpConfig, argparse.Namespace]:
     """Parse the command line and load the config; raises ConfigError (never exits)."""
-    args = build_parser().parse_args(argv)
-    cfg = load_config(
-        getattr(args, CONFIG_FILE_DEST, None),
-        env=os.environ if env is None else env,
-        flags=flags_from_args(args),
-    )
-    return cfg, args
+    return parse_config_args(build_parser(), load_config, argv, env)

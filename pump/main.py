@@ -2,6 +2,8 @@
 
     pump --config pump.toml
     pump --pd-urls http://127.0.0.1:2379 --addr 127.0.0.1:8250 --data-dir data.pump
+    pump -config pump.toml -L debug -fake-binlog-interval 3      (the original's Go flags)
+    pump -V                                                      (release, git hash, build time)
 
 Config: defaults < `--config pump.toml` < PUMP_* environment < flags (see pump/config.py).  A bad value,
 or an unusable `[security]` file, exits with status 2 and one line on stderr.  A failed

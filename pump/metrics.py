@@ -1,9 +1,12 @@
 """Prometheus metrics of the pump server, on a private registry per `PumpMetrics` (docs/architecture.md#metrics).
 
-Names are the original ones.  prometheus_client exposes a counter `x` as the sample `x_total` (the
-OpenMetrics rule; Go's client does not add the suffix), so `binlog_pump_loss_binlog_count` is scraped as
-`binlog_pump_loss_binlog_count_total`.  `binlog_pump_detected_drainer_binlog_purge_count{id}` is
-registered here (the original defined but never registered it).
+Every series the original pump exports, under its exact name, type and labels (the fact list is
+tests/data/original_metrics.txt).  `render()` writes counters as the Go client does: a counter
+registered as `x` is scraped as `x` (`BARE_COUNTERS`, common/metrics_text.py), not prometheus_client's
+`x_total`; `binlog_pump_storage_deleted_kv_total` is the original's own name.  The process collector's
+`process_*` series are served as the original's; its `go_*` ones are not (no Go runtime here).
+`binlog_pump_detected_drainer_binlog_purge_count{id}` is registered here (the original defined but
+never registered it).
 
     binlog_pump_rpc_duration_seconds{method=WriteBinlog|PullBinlogs, label=succ|fail}
                                                                    histogram exp(0.00005, 2, 18): a WriteBinlog
@@ -13,7 +16,8 @@ registered here (the original defined but never registered it).
 
 Ours (what the original lacked):
 
-    binlog_pump_background_error_count{loop}                       counter: unexpected errors in the
+    binlog_pump_background_error_count{loop}                       counter (bare, as the original's
+                                                                   `_count` counters): unexpected errors in the
                                                                    background loops
     binlog_pump_rpc_inflight_write_bytes                           gauge: WriteBinlog payload bytes between
                                                                    arrival and the storage's return (what
@@ -33,21 +37,22 @@ Ours (what the original lacked):
                                                                    until it is durable, observed by the
                                                                    server per stored binlog, probes excluded)
     binlog_pump_storage_slow_chaser_count{type}                    counter
-    binlog_pump_storage_slow_chaser_catchup_time_seconds           histogram exp(0.001, 2, 22)
+    binlog_drainer_slow_chaser_catchup_time_seconds                histogram exp(0.001, 2, 22): seconds of
+                                                                   one catch-up step of the slow chaser
     binlog_pump_storage_query_tikv_count                           counter (txn-status store lookups)
     binlog_pump_storage_done_gc_ts                                 gauge (physical ms of the TSO)
     binlog_pump_storage_deleted_kv_total                           counter
     binlog_pump_storage_ignored_decision_count{type=commit|rollback}
-                                                                   counter (ours): commits and rollbacks
+                                                                   counter (ours, bare): commits and rollbacks
                                                                    ignored because their transaction was
                                                                    decided already (served at most once)
 
 `StorageMetrics.write_latency` (a `pump.score.LatencyEWMA` of the batch time, write + fsync) feeds the
 routing score the pump publishes (pump/score.py).
 
-The catch-up histogram is registered as `binlog_pump_storage_slow_chaser_catchup_time_seconds` (ours):
-the original registered it under the drainer subsystem by mistake, as
-`binlog_drainer_slow_chaser_catchup_time_seconds`, although only the pump records it.
+The catch-up histogram keeps the original's name, `binlog_drainer_slow_chaser_catchup_time_seconds`,
+although only the pump records it (the original registered it under the drainer subsystem from the
+pump's storage package); a drainer does not export it.
 
 `query_tikv_count` keeps the original's name: there is no TiKV here, it counts the commit resolver's
 questions to the upstream's txn-status store (docs/architecture.md#transaction-status), the same role.
@@ -70,22 +75,29 @@ from prometheus_client import (
     CollectorRegistry,
     Counter,
     Gauge,
-    GCCollector,
     Histogram,
-    PlatformCollector,
-    ProcessCollector,
-    generate_latest,
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from common import tso
+from common import metrics_text, process_metrics, tso
 from pump.score import LatencyEWMA
 from pump.storage.api import StorageStatus
 
 log = logging.getLogger(__name__)
 
-CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
+BARE_COUNTERS: Final = frozenset(
+    {
+        "binlog_pump_loss_binlog_count",
+        "binlog_pump_detected_drainer_binlog_purge_count",
+        "binlog_pump_storage_error_count",
+        "binlog_pump_storage_slow_chaser_count",
+        "binlog_pump_storage_query_tikv_count",
+        "binlog_pump_background_error_count",
+        "binlog_pump_storage_ignored_decision_count",
+    }
+)
+"""Counters scraped under their registered name, as the original's Go client writes them (no `_total`)."""
 RPC_BUCKETS: Final = tuple(0.00005 * 2**i for i in range(18))
 """prometheus.ExponentialBuckets(0.00005, 2, 18), as the original."""
 SIZE_BUCKETS: Final = tuple(16.0 * 2**i for i in range(25))
@@ -182,9 +194,7 @@ class PumpMetrics:
             for method in (WRITE_BINLOG, PULL_BINLOGS)
             for ok in (True, False)
         }
-        ProcessCollector(registry=self.registry)
-        PlatformCollector(registry=self.registry)
-        GCCollector(registry=self.registry)
+        process_metrics.register(self.registry)
         if storage_status is not None:
             self.registry.register(_StorageCollector(storage_status))
         if inflight_write_bytes is not None:
@@ -195,7 +205,7 @@ class PumpMetrics:
         self._rpc[method, ok].observe(seconds)
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        return metrics_text.render(self.registry, BARE_COUNTERS)
 
 
 class StorageMetrics:
@@ -226,8 +236,8 @@ class StorageMetrics:
             registry=registry,
         )
         self.slow_chaser_catchup = Histogram(
-            "binlog_pump_storage_slow_chaser_catchup_time_seconds",
-            "Time (s) the slow chaser took to catch up (the original: binlog_drainer_slow_chaser_catchup_time_seconds)",
+            "binlog_drainer_slow_chaser_catchup_time_seconds",
+            "How long the catch up step takes to run (s); the pump's, under the original's name",
             buckets=CATCHUP_BUCKETS,
             registry=registry,
         )

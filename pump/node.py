@@ -13,7 +13,11 @@ the offline wait etcd keeps the last heartbeat (`online`) so drainers keep pulli
 already refuses prewrites with "no online: closing" (as the original).
 
 Node id: `<data-dir>/.node`, else the `node-id` key, else `<hostname>:<port of addr>`; the id in use is
-written back to `.node`.  Heartbeat: every `heartbeat-interval` the status is re-published with
+written back to `.node`, and appended to `<data-dir>/.node-history` (every id this data dir has served
+under: the commit resolver treats them all as this pump's own, see pump/resolver.py).  At most 255
+characters (the txn-status table's `pump_node_id`).
+
+Heartbeat: every `heartbeat-interval` the status is re-published with
 `maxCommitTS` from the storage and `updateTS` = the last TSO seen + the milliseconds since, << 18.
 `score` (0..100, pump/score.py) is published while online, 0 in every other state or when it cannot be
 computed; the pump client's `score` strategy weighs pumps by it.
@@ -36,15 +40,17 @@ import grpc
 from common import tso as tsolib
 from common.backoff import Backoff
 from common.dirs import ensure_dir
-from common.errors import BinlogError
+from common.errors import BinlogError, ConfigError
 from common.httpserver import HTTPActionError
 from common.pb import cistern_pb2, cistern_pb2_grpc
 from common.registry import NodeKind, NodeState, NodeStatus, Registry
 from common.tls import TLS, connect_hint
+from common.txnstatus import MAX_NODE_ID
 
 log = logging.getLogger(__name__)
 
 NODE_ID_FILE: Final = ".node"
+NODE_ID_HISTORY_FILE: Final = ".node-history"
 OFFLINE_CHECK_INTERVAL: Final = 1.0
 """The offline wait re-checks the drainers (and writes a fake binlog) this often (original: 1 s)."""
 _LOCAL_CHECK_INTERVAL: Final = 0.1
@@ -93,13 +99,36 @@ def resolve_node_id(data_dir: Path, configured: str, listen_port: int) -> str:
             log.warning(
                 "node-id %r is ignored: %s says %r (delete that file to change the node id)", configured, path, saved
             )
-        return saved
-    node_id = configured or f"{socket.gethostname()}:{listen_port}"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(node_id + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-    log.info("node_id=%s saved to %s", node_id, path)
+        node_id = saved
+    else:
+        node_id = configured or f"{socket.gethostname()}:{listen_port}"
+    if len(node_id) > MAX_NODE_ID:
+        raise ConfigError(
+            f"node id {node_id[:40]!r}... is {len(node_id)} characters, more than {MAX_NODE_ID}: set node-id"
+        )
+    if not saved:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(node_id + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+        log.info("node_id=%s saved to %s", node_id, path)
+    history = node_id_history(data_dir)
+    if not history or history[-1] != node_id:
+        with open(data_dir / NODE_ID_HISTORY_FILE, "a", encoding="utf-8") as f:
+            f.write(node_id + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        if history:
+            log.warning("node_id=%s: this data dir served as %s before", node_id, ", ".join(history))
     return node_id
+
+
+def node_id_history(data_dir: Path) -> list[str]:
+    """Every node id `data_dir` has served under, oldest first (empty before the first start)."""
+    try:
+        lines = (data_dir / NODE_ID_HISTORY_FILE).read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return []
+    return [line.strip() for line in lines if line.strip()]
 
 
 # ------------------------------------------------------------------------------------------- approx clock

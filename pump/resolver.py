@@ -5,6 +5,9 @@ See docs/architecture.md#transaction-status.
 `TxnStatusResolver` asks the upstream's txn-status store (common/txnstatus.py):
 
     committed                        -> COMMITTED with the store's commit_ts
+    committed through another pump   -> ROLLED_BACK: this copy came from a prewrite attempt the
+                                        client gave up on (it timed out) and then wrote to that
+                                        pump; committing it too would deliver the transaction twice
     rolled back                      -> ROLLED_BACK
     pending, lock expired            -> ROLLED_BACK ("lock expired"), written back to the store
     pending, lock alive              -> WAIT, however long it takes (the original dropped
@@ -38,7 +41,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from common.errors import UnavailableError
@@ -96,10 +99,14 @@ class TxnStatusResolver:
         status_row_ttl: float = DEFAULT_STATUS_ROW_TTL,
         clock: Callable[[], float] = time.time,
         log_interval: float = LOG_INTERVAL,
+        node_id: str | Collection[str] = "",
     ) -> None:
+        """`node_id`: this pump's (or every id its data dir served under); a transaction committed through
+        another pump is rolled back here."""
         if status_row_ttl <= 0:
             raise ValueError(f"status_row_ttl must be positive, got {status_row_ttl}")
         self._store = store
+        self._node_ids = frozenset([node_id] if isinstance(node_id, str) else node_id) - {""}
         self._max_txn_timeout = max_txn_timeout
         self._no_row_timeout = min(status_row_ttl, max_txn_timeout)
         self._clock = clock
@@ -180,6 +187,15 @@ class TxnStatusResolver:
         return self._verdict(status, waited_seconds)
 
     def _verdict(self, status: TxnStatus, waited_seconds: float) -> Resolution:
+        if status.state is TxnState.COMMITTED and self._node_ids and status.pump_node_id not in {"", *self._node_ids}:
+            log.warning(
+                "start_ts=%d: committed through pump %s, not this one (%s): this copy of the prewrite is "
+                "from an attempt the client gave up on; rolled back here",
+                status.start_ts,
+                status.pump_node_id,
+                ", ".join(sorted(self._node_ids)),
+            )
+            return Resolution(Verdict.ROLLED_BACK, reason=f"committed through pump {status.pump_node_id}")
         if status.state is TxnState.COMMITTED:
             log.info("start_ts=%d commit_ts=%d: resolved as committed", status.start_ts, status.commit_ts)
             return Resolution(Verdict.COMMITTED, status.commit_ts, "committed in the txn-status store")
@@ -234,6 +250,7 @@ def open_resolver(
     *,
     max_txn_timeout: float = DEFAULT_MAX_TXN_TIMEOUT,
     status_row_ttl: float = DEFAULT_STATUS_ROW_TTL,
+    node_id: str | Collection[str] = "",
 ) -> CommitResolver:
     """The resolver for an `[upstream] txn-status-dsn` value: NullResolver when empty.
 
@@ -242,5 +259,8 @@ def open_resolver(
     if not txn_status_dsn or not txn_status_dsn.strip():
         return NullResolver()
     return TxnStatusResolver(
-        TxnStatusStore.open(txn_status_dsn), max_txn_timeout=max_txn_timeout, status_row_ttl=status_row_ttl
+        TxnStatusStore.open(txn_status_dsn),
+        max_txn_timeout=max_txn_timeout,
+        status_row_ttl=status_row_ttl,
+        node_id=node_id,
     )

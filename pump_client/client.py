@@ -253,6 +253,18 @@ class PumpsClient:
     def _write_prewrite(self, start_ts: int, request: bytes) -> None:
         if self._closed:
             raise ClientClosedError(f"pump client is closed: prewrite start_ts={start_ts} not written")
+        # Pumps whose attempt failed without a refusal: a timed-out call may still have been stored.
+        maybe_stored: set[str] = set()
+        try:
+            node_id = self._write_prewrite_somewhere(start_ts, request, maybe_stored)
+        except BaseException:
+            self._withdraw(start_ts, maybe_stored)
+            raise
+        self._tsmap.set(start_ts, node_id)
+        self._withdraw(start_ts, maybe_stored - {node_id})
+
+    def _write_prewrite_somewhere(self, start_ts: int, request: bytes, maybe_stored: set[str]) -> str:
+        """The node id of the pump that took the prewrite (raises when none did)."""
         policy = self._policy
         begin = time.monotonic()
         retry = 0
@@ -266,8 +278,7 @@ class PumpsClient:
                 attempts += 1
                 err = self._attempt(pump.node_id, pump.addr, request, timeout, retry=retry > 0)
                 if err is None:
-                    self._tsmap.set(start_ts, pump.node_id)
-                    return
+                    return pump.node_id
                 last = f"node_id={pump.node_id}: {err.describe()}"
                 action = on_error(err.code)
                 if action is Action.FAIL:
@@ -276,6 +287,7 @@ class PumpsClient:
                 if action is Action.INVALID:
                     self.metrics.give_up(PREWRITE)
                     raise InvalidBinlogError(f"prewrite binlog start_ts={start_ts} is invalid: pump {last}")
+                maybe_stored.add(pump.node_id)
                 log.warning(
                     "write prewrite start_ts=%d to node_id=%s failed (try %d): %s",
                     start_ts,
@@ -290,9 +302,9 @@ class PumpsClient:
                 break
             if backoff.wait():
                 raise ClientClosedError(f"pump client closed while writing prewrite start_ts={start_ts}")
-        self._write_to_any_online(start_ts, request, last)
+        return self._write_to_any_online(start_ts, request, last, maybe_stored)
 
-    def _write_to_any_online(self, start_ts: int, request: bytes, last: str) -> None:
+    def _write_to_any_online(self, start_ts: int, request: bytes, last: str, maybe_stored: set[str]) -> str:
         """The last resort: every online pump once, available or not, each on a fresh channel."""
         with self._lock:
             pumps = self._membership.online()
@@ -303,11 +315,44 @@ class PumpsClient:
             self._transport.reset(pump.addr)
             err = self._attempt(pump.node_id, pump.addr, request, self._policy.write_timeout, retry=True)
             if err is None:
-                self._tsmap.set(start_ts, pump.node_id)
-                return
+                return pump.node_id
+            if on_error(err.code) in (Action.RETRY, Action.RECONNECT):
+                maybe_stored.add(pump.node_id)
             last = f"node_id={pump.node_id}: {err.describe()}"
         self.metrics.give_up(PREWRITE)
         raise PumpClientError(f"write binlog start_ts={start_ts} failed, the last error {last}")
+
+    def _withdraw(self, start_ts: int, node_ids: set[str]) -> None:
+        """Send a rollback of `start_ts`, in the background, to each pump that may hold a copy of its
+        prewrite from an attempt the client gave up on.  Without it that pump would wait for a commit
+        that goes elsewhere, holding its watermark back until its resolver decides, and a resolver
+        that found the transaction committed would deliver it a second time.  A pump that never got
+        the prewrite just records the rollback; one that gets the prewrite later ignores it (decided)."""
+        if not node_ids or self._dispatcher is None or self._closed:
+            return
+        request = encode_write_req(
+            self.cluster_id, [gogo.marshal_binlog(binlog_pb2.Binlog(tp=binlog_pb2.Rollback, start_ts=start_ts))]
+        )
+        for node_id in sorted(node_ids):
+            log.info("prewrite start_ts=%d: rolling back the copy node_id=%s may hold", start_ts, node_id)
+            self.metrics.withdrawn()
+            job = CommitJob(
+                node_id,
+                start_ts,
+                0,
+                request,
+                self._policy,
+                lookup=self._pump,
+                attempt=self._attempt,
+                finish=_withdraw_finished,
+                kind="rollback of a withdrawn prewrite",
+            )
+            self._dispatcher.submit(job)
+
+    def prewrite_pump(self, start_ts: int) -> str | None:
+        """The node id of the pump that took the prewrite of `start_ts` (None once its commit or rollback
+        was sent, or when none did).  The upstream records it with the committed status (common/txnstatus.py)."""
+        return self._tsmap.get(start_ts)
 
     def _commit_job(self, tp: int, start_ts: int, commit_ts: int, payload: list[bytes]) -> CommitJob | None:
         node_id = self._tsmap.get(start_ts)
@@ -468,6 +513,11 @@ class PumpsClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _withdraw_finished(start_ts: int, delivered: bool) -> None:
+    if not delivered:
+        log.info("rollback of a withdrawn prewrite start_ts=%d not delivered; the pump's resolver decides", start_ts)
 
 
 def _tls_setting(key: str) -> str:

@@ -56,10 +56,13 @@ class CommitJob:
         attempt: Attempt,
         finish: Finish,
         clock: Callable[[], float] = time.monotonic,
+        kind: str = "commit binlog",
     ) -> None:
+        """`kind` names the binlog in log lines (the client's rollbacks of withdrawn prewrites say so)."""
         self.node_id = node_id
         self.start_ts = start_ts
         self.commit_ts = commit_ts
+        self.kind = kind
         self._request = request
         self._size = len(request) if isinstance(request, bytes) else request.ByteSize()
         self._policy = policy
@@ -77,7 +80,8 @@ class CommitJob:
         pump = self._lookup(self.node_id)
         if pump is None:
             log.warning(
-                "commit binlog start_ts=%d commit_ts=%d dropped: pump node_id=%s is no longer registered",
+                "%s start_ts=%d commit_ts=%d dropped: pump node_id=%s is no longer registered",
+                self.kind,
                 self.start_ts,
                 self.commit_ts,
                 self.node_id,
@@ -88,8 +92,9 @@ class CommitJob:
             self._skipped += 1
             if self._skipped == 1:
                 log.info(
-                    "commit binlog start_ts=%d waits for node_id=%s, which timed out or was unreachable "
+                    "%s start_ts=%d waits for node_id=%s, which timed out or was unreachable "
                     "(no call until it answers a probe)",
+                    self.kind,
                     self.start_ts,
                     self.node_id,
                 )
@@ -100,7 +105,8 @@ class CommitJob:
         if err is None:
             if self._attempts > 1:
                 log.info(
-                    "commit binlog start_ts=%d delivered to node_id=%s after %d attempts",
+                    "%s start_ts=%d delivered to node_id=%s after %d attempts",
+                    self.kind,
                     self.start_ts,
                     self.node_id,
                     self._attempts,
@@ -109,8 +115,9 @@ class CommitJob:
             return None
         if on_error(err.code) is Action.INVALID:
             log.error(
-                "commit binlog start_ts=%d commit_ts=%d refused by node_id=%s as invalid (%s); not retried: "
+                "%s start_ts=%d commit_ts=%d refused by node_id=%s as invalid (%s); not retried: "
                 "the pump's resolver decides the transaction",
+                self.kind,
                 self.start_ts,
                 self.commit_ts,
                 self.node_id,
@@ -120,8 +127,9 @@ class CommitJob:
             return None
         if policy.commit_gives_up(self._elapsed()):
             log.warning(
-                "commit binlog start_ts=%d commit_ts=%d dropped after %.0fs of retries on node_id=%s (last error %s); "
+                "%s start_ts=%d commit_ts=%d dropped after %.0fs of retries on node_id=%s (last error %s); "
                 "the pump's resolver decides the transaction",
+                self.kind,
                 self.start_ts,
                 self.commit_ts,
                 self._elapsed(),
@@ -133,7 +141,8 @@ class CommitJob:
         level = logging.WARNING if self._attempts == 1 else logging.DEBUG
         log.log(
             level,
-            "commit binlog start_ts=%d to node_id=%s failed (%s); retrying every %.1fs for up to %.0fs",
+            "%s start_ts=%d to node_id=%s failed (%s); retrying every %.1fs for up to %.0fs",
+            self.kind,
             self.start_ts,
             self.node_id,
             err.describe(),
@@ -144,7 +153,8 @@ class CommitJob:
 
     def abandon(self) -> None:
         log.warning(
-            "pump client closing: commit binlog start_ts=%d commit_ts=%d for node_id=%s not delivered",
+            "pump client closing: %s start_ts=%d commit_ts=%d for node_id=%s not delivered",
+            self.kind,
             self.start_ts,
             self.commit_ts,
             self.node_id,

@@ -123,7 +123,9 @@ class Dispatcher:
             self._pool.shutdown(wait=False, cancel_futures=True)
         self._timer.join()
         if left:
-            log.warning("closing with %d commit binlogs undelivered; the pumps' resolvers decide them", len(left))
+            log.warning(
+                "closing with %d commit/rollback binlogs undelivered; the pumps' resolvers decide them", len(left)
+            )
         for future, job in left:
             job.abandon()
             if not future.done():

@@ -7,6 +7,9 @@
     binlog_pump_client_given_up_total{type}      binlogs the client gave up on: type=prewrite (raised),
                                                  commit (dropped after commit_timeout, or no pump known
                                                  for its start_ts)
+    binlog_pump_client_withdrawn_total           rollbacks sent to a pump whose prewrite attempt failed
+                                                 without a refusal (it may hold a copy) after the
+                                                 prewrite went to another pump or failed
 
 Probes (empty payloads) are not counted.  `writes(node_id)`, `failures(node_id)`, `retries(node_id)`
 and `given_up(kind)` read the values back (for tests and logs).
@@ -47,6 +50,11 @@ class ClientMetrics:
         self._given_up = Counter(
             "binlog_pump_client_given_up", "binlogs the client gave up on", ["type"], registry=self.registry
         )
+        self._withdrawn = Counter(
+            "binlog_pump_client_withdrawn",
+            "rollbacks sent for prewrite copies a pump may hold from a failed attempt",
+            registry=self.registry,
+        )
         self._children: dict[str, tuple[CounterChild, CounterChild, CounterChild]] = {}
         """node_id -> its (writes, failures, retries) children."""
 
@@ -67,7 +75,13 @@ class ClientMetrics:
     def give_up(self, kind: str) -> None:
         self._given_up.labels(type=kind).inc()
 
+    def withdrawn(self) -> None:
+        self._withdrawn.inc()
+
     # -------------------------------------------------------------------------------- reading
+    def withdrawals(self) -> int:
+        return self._sample("binlog_pump_client_withdrawn_total", {})
+
     def writes(self, node_id: str) -> int:
         return self._sample("binlog_pump_client_writes_total", {"node_id": node_id})
 

@@ -10,6 +10,9 @@ Prewrite (tp = Prewrite):
     the loop stops when elapsed > write_timeout AND retries > number of available pumps;
     then every online pump is tried once (unavailable ones included, fresh channel each), the first
     success makes that pump available again; if all fail: PumpClientError with the last error.
+    Every pump whose attempt failed without a refusal (a timeout may still have been stored) then
+    gets a rollback of that start_ts in the background, like a commit, except the pump that took
+    the prewrite: its copy would otherwise wait for a commit that went elsewhere.
     DEADLINE_EXCEEDED and UNAVAILABLE also make the pump *suspect* (`makes_suspect`): no new
     prewrites go to it until a call or a probe succeeds (pump_client/membership.py); the original
     waited for `max_err_nums` consecutive errors, each taking up to `write_timeout`.

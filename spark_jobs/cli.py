@@ -30,6 +30,7 @@ from common.cli import MissingExtraError, fail, import_extra, positive_int
 from common.config import run_command
 from common.config.cli import ArgumentParser
 from common.errors import BinlogError, ConfigError
+from common.version import add_version_flag
 from spark_jobs.audit import cli as audit_cli
 
 __all__ = ["build_parser", "main"]
@@ -153,6 +154,7 @@ def _add_export(sub: Any) -> None:
 def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog=PROG, description="PySpark jobs over binlog history: bulk replay and audit.")
     _add_common(p, top=True)
+    add_version_flag(p)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=ArgumentParser)
     _add_replay(sub)
     _add_export(sub)

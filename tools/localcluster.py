@@ -293,11 +293,14 @@ class NodeProcess:
         tls: TLSSettings | None = None,
         host: str = LOOPBACK,
         prefix: Sequence[str] = (),
+        advertise: str | None = None,
     ) -> None:
         """`tls`: run with `[security]` set (the flags of `tls.node_flags()`); probes use TLS too.
-        `host`: the address to listen on; `prefix`: argv run in front of the node's (e.g. `ip netns exec NS`)."""
+        `host`: the address to listen on; `prefix`: argv run in front of the node's (e.g. `ip netns exec NS`);
+        `advertise`: the address registered in etcd instead of its own (e.g. a proxy in front of it)."""
         self.name = name
         self.host = host
+        self.advertise = advertise
         self.prefix = list(prefix)
         ports = free_ports(2)
         self.grpc_port = grpc_port or ports[0]
@@ -314,6 +317,7 @@ class NodeProcess:
             "--pd-urls", etcd_url,
             "--data-dir", str(self.data_dir),
             "--node-id", name,
+            *([] if advertise is None else ["--advertise-addr", advertise]),
             *([] if tls is None else tls.node_flags()),
             *self.extra_args,
         )  # fmt: skip
@@ -368,7 +372,7 @@ class NodeProcess:
             return None
         finally:
             client.close()
-        if status is None or status.state is not NodeState.ONLINE or status.host != self.addr:
+        if status is None or status.state is not NodeState.ONLINE or status.host != (self.advertise or self.addr):
             return None
         return status
 

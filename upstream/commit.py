@@ -69,7 +69,7 @@ from common.pb import binlog_pb2
 from common.pb.gogo import uvarint, varint
 from common.schema.infoschema import InfoSchema
 from common.sql.dialect import StoreError
-from common.txnstatus import TxnStatusStore, status_row_deadline_ms
+from common.txnstatus import MAX_NODE_ID, TxnStatusStore, status_row_deadline_ms
 from pump_client import MAX_HEADER_SIZE, EncodedBinlog
 from upstream.errors import (
     BinlogWriteError,
@@ -113,7 +113,9 @@ class BinlogClient(Protocol):
     """The pump client as the commit path uses it (:class:`pump_client.PumpsClient`).
 
     A client may also offer ``write_encoded_binlog(EncodedBinlog)`` (the prewrite binlog is then sent in
-    the pieces it was encoded in) and ``max_binlog_size`` (the largest prewrite binlog the pumps take)."""
+    the pieces it was encoded in), ``max_binlog_size`` (the largest prewrite binlog the pumps take) and
+    ``prewrite_pump(start_ts)`` (the node id of the pump that took a prewrite, recorded with the committed
+    status so that a copy another pump stored from a timed-out attempt is rolled back, not committed)."""
 
     def write_binlog(self, binlog: binlog_pb2.Binlog) -> None: ...
 
@@ -223,10 +225,7 @@ class Committer:
         for e in entries:
             ref = schema.table_by_id(e.ref.table.id)
             if ref is None or ref.table is not e.ref.table:
-                raise SchemaChangedError(
-                    f"table {e.ref.db.name}.{e.ref.table.name} changed by a DDL during transaction "
-                    f"start_ts={txn.start_ts}"
-                )
+                raise SchemaChangedError.of(e.ref.db.name, e.ref.table.name, txn.start_ts)
 
     @staticmethod
     def _prewrite(txn: Transaction, entries: Sequence[Entry]) -> None:
@@ -316,7 +315,8 @@ class Committer:
             _crash_hook(CRASH_AFTER_STATUS_ROW_ENV, start_ts)
             # Only now: the prewrite binlog is durable on a pump and every row is locked (see the module docstring).
             commit_ts = self._tso.get_ts()
-            s.call(lambda: self._status.mark_committed(s.conn, start_ts, commit_ts))
+            pump = self._prewrite_pump(start_ts)
+            s.call(lambda: self._status.mark_committed(s.conn, start_ts, commit_ts, pump_node_id=pump))
         except BaseException as exc:
             self._abort(txn, key, exc)
             raise
@@ -333,6 +333,15 @@ class Committer:
         c = binlog_pb2.Binlog(tp=binlog_pb2.Commit, start_ts=start_ts, commit_ts=commit_ts, prewrite_key=key)
         self._client.write_binlog_async(c)
         return commit_ts
+
+    def _prewrite_pump(self, start_ts: int) -> str:
+        """The pump that took the P-binlog, when the client says ('' otherwise, and for an id the status
+        table cannot hold: pumps refuse such ids, so it comes from elsewhere)."""
+        ask = getattr(self._client, "prewrite_pump", None)
+        node_id = None if ask is None else ask(start_ts)
+        if not isinstance(node_id, str) or len(node_id) > MAX_NODE_ID:
+            return ""
+        return node_id
 
     def _abort(self, txn: Transaction, key: bytes, cause: BaseException) -> None:
         log.info("start_ts=%s rolled back: %s", txn.start_ts, cause)

@@ -28,6 +28,10 @@ class SchemaChangedError(WriterError):
 
     retriable = True
 
+    @classmethod
+    def of(cls, db: str, table: str, start_ts: int) -> SchemaChangedError:
+        return cls(f"table {db}.{table} changed by a DDL during transaction start_ts={start_ts}")
+
 
 class BinlogWriteError(WriterError):
     """The prewrite binlog could not be written to any pump; the transaction is rolled back."""

@@ -25,7 +25,7 @@ from common.schema.defaults import default_value
 from common.schema.infoschema import InfoSchema, TableRef
 from common.schema.model import ColumnInfo, SchemaError, TableInfo
 from common.schema.types import check_value
-from upstream.errors import DuplicateKeyError, TxnClosedError, TxnTooLargeError
+from upstream.errors import DuplicateKeyError, SchemaChangedError, TxnClosedError, TxnTooLargeError
 from upstream.mutation import MutationLog
 from upstream.store.base import Row, Session
 
@@ -204,6 +204,9 @@ class Transaction:
     def _entry(self, ref: TableRef, handle: int) -> Entry:
         k = (ref.table.id, handle)
         e = self.entries.get(k)
+        if e is not None and e.ref.table is not ref.table:
+            # read under the table's old definition; commit would refuse it too (commit._check_schema)
+            raise SchemaChangedError.of(ref.db.name, ref.table.name, self.start_ts)
         if e is None:
             base = self.session.get_row(ref.db.name, ref.table, handle)
             e = Entry(ref, handle, base, None if base is None else dict(base))

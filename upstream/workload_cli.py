@@ -30,6 +30,7 @@ from common.errors import BinlogError, ConfigError
 from common.logsetup import setup_logging
 from common.tls import client_tls_from_flags
 from common.txnstatus import DEFAULT_STATUS_ROW_TTL
+from common.version import add_version_flag
 from upstream.workloads import WORKLOADS, Workload, WorkloadOptions, make_workload, runner
 
 log = logging.getLogger(__name__)
@@ -94,6 +95,7 @@ def build_parser() -> ArgumentParser:
         prog=PROG, description="Drive the upstream writer with a workload; print progress and a summary."
     )
     p.add_argument("--workload", required=True, choices=sorted(WORKLOADS), help="what to run")
+    add_version_flag(p)
     p.add_argument(
         "--etcd", default=DEFAULT_ETCD, metavar="URL[,URL...]", help=f"etcd endpoints (default {DEFAULT_ETCD})"
     )

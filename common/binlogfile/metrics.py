@@ -19,7 +19,8 @@
 Names, buckets and the label are the original's (`pkg/binlogfile/metrics.go`: the label is called
 `label` and its one value is `local`; the original's metrics docs write it as `type`).  The original observed the
 read time per record; ours reads a chunk at a time, so one observation covers the records of a chunk.
-prometheus_client exposes the counter as `binlog_binlogfile_corruption_binlog_count_total`.
+A component's `render()` writes the counter under that bare name, as the original's Go client
+(`BARE_COUNTERS`; prometheus_client alone would add `_total` to it).
 
 Why one set per process rather than one per component (as `PumpMetrics` / `DrainerMetrics`): binlog
 files are written and read by objects built apart from any metrics object (the drainer's file sink is
@@ -38,13 +39,23 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-__all__ = ["DURATION_BUCKETS", "METRICS", "REGISTRY", "SIZE_BUCKETS", "BinlogFileMetrics", "collector"]
+__all__ = [
+    "BARE_COUNTERS",
+    "DURATION_BUCKETS",
+    "METRICS",
+    "REGISTRY",
+    "SIZE_BUCKETS",
+    "BinlogFileMetrics",
+    "collector",
+]
 
 LABEL: Final = "local"
 SIZE_BUCKETS: Final = tuple(16.0 * 2**i for i in range(20))
 """ExponentialBuckets(16, 2, 20), as the original."""
 DURATION_BUCKETS: Final = tuple(0.00005 * 2**i for i in range(18))
 """ExponentialBuckets(0.00005, 2, 18), as the original."""
+BARE_COUNTERS: Final = frozenset({"binlog_binlogfile_corruption_binlog_count"})
+"""Counters a component's /metrics writes without `_total`, as the original (common/metrics_text.py)."""
 
 
 class BinlogFileMetrics:

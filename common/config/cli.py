@@ -6,22 +6,29 @@ optional value: `--sync-log`, `--sync-log=true`, `--sync-log=false`. Lists are c
 (`--ignore-schemas=a,b`), string tables are `k=v,k2=v2`, and an empty value clears an `X | None` key.
 Every config flag defaults to "not given", so a flag the user did not type never overrides the file or the
 environment.
+
+A parser built with `go_flags` (pump, drainer, arbiter, reparo) also takes the original's Go command line
+(`-config f.toml`, `-c 8`, `-safe-mode=false`; common/config/goflags.py): its words are rewritten into ours
+before argparse sees them.  `config_parser` adds `-V` / `--version` (common/version.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import os
 import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, NoReturn, ParamSpec, TypeVar, overload
 
+from common.config.goflags import GoFlags, to_argparse
 from common.config.loader import env_name, load
 from common.config.schema import Kind, TypeSpec, value_fields
 from common.config.units import format_duration
 from common.errors import ConfigError
+from common.version import add_version_flag
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -38,11 +45,20 @@ class ArgumentParser(argparse.ArgumentParser):
     """An ArgumentParser whose usage errors raise ConfigError instead of printing usage and exiting.
 
     It also refuses abbreviated long options (`--data` for `--data-dir`) unless `allow_abbrev=True`.
+    With `go_flags` it reads the original's Go flags too (`goflags.to_argparse` runs before parsing).
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, go_flags: GoFlags | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
+        self.go_flags = go_flags
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        if self.go_flags is not None:
+            args = to_argparse(sys.argv[1:] if args is None else args, self.go_flags, self)
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> NoReturn:
         raise ConfigError(f"command line: {message}")
@@ -89,6 +105,35 @@ def load_args(cls: type[T], args: argparse.Namespace, *, env: Mapping[str, str],
     """`load()` with the `--config` file and the given flags of a namespace parsed after `add_flags()`."""
     file: str | Path | None = getattr(args, CONFIG_FILE_DEST, None)
     return load(cls, file=file, env=env, env_prefix=env_prefix, flags=flags_from_args(args))
+
+
+def config_parser(
+    prog: str, description: str, cls: type, *, env_prefix: str, go_flags: GoFlags | None = None
+) -> ArgumentParser:
+    """A daemon's command line: `--config FILE`, one flag per key of `cls` (`add_flags`), `--print-config`,
+    `-V` / `--version`; and with `go_flags` the original's flags (listed at the end of `--help`)."""
+    parser = ArgumentParser(
+        prog=prog, description=description, go_flags=go_flags, epilog=None if go_flags is None else go_flags.epilog()
+    )
+    add_flags(parser, cls, env_prefix=env_prefix)
+    parser.add_argument("--print-config", action="store_true", help="print the effective config and exit")
+    add_version_flag(parser)
+    return parser
+
+
+def parse_config_args(
+    parser: argparse.ArgumentParser,
+    load_config: Callable[..., T],
+    argv: list[str] | None,
+    env: Mapping[str, str] | None,
+) -> tuple[T, argparse.Namespace]:
+    """Parse `argv` and load the config: `load_config(file, env=..., flags=...)` with the `--config` file, the
+    environment (os.environ when None) and the flags given.  Raises ConfigError; never exits."""
+    args = parser.parse_args(argv)
+    cfg = load_config(
+        getattr(args, CONFIG_FILE_DEST, None), env=os.environ if env is None else env, flags=flags_from_args(args)
+    )
+    return cfg, args
 
 
 @overload

@@ -125,6 +125,9 @@ def load_with_sources(
     fields_of(cls)
     sources: dict[str, Origin] = {}
     layers: list[Layer] = []
+    if isinstance(file, str) and not file.strip():
+        # Path("") is ".", which would be read as a file: name the mistake instead (`-config "$UNSET"`)
+        raise ConfigError(f"config file name {file!r} is empty: give the TOML file's path, or leave the flag out")
     if file is not None:
         layers.append(_file_layer(cls, Path(file), sources))
     if env is not None and env_prefix:
@@ -220,6 +223,8 @@ def _table_layer(cls: type, table: Mapping[str, object], path: str, source: str,
 def _native_value(f: ConfigField, value: object, key_path: str, source: str) -> object:
     if f.parse is not None:
         return _parsed(f, value, key_path, source)
+    if f.spec.kind is Kind.NAMED_SECTIONS:
+        return _named_tables(f, value, key_path, source)
     if f.spec.kind is not Kind.SECTIONS:
         return convert.from_native(f.spec, value, path=key_path, source=source)
     element_cls = f.spec.section
@@ -241,6 +246,29 @@ def _native_value(f: ConfigField, value: object, key_path: str, source: str) -> 
         layer = _table_layer(element_cls, element, element_path, source, {})
         elements.append(_build(element_cls, layer, path=element_path, base=None, source=source))
     return tuple(elements)
+
+
+def _named_tables(f: ConfigField, value: object, key_path: str, source: str) -> dict[str, object]:
+    """A `dict[str, Section]` field: each `[key_path.NAME]` table built strictly as its dataclass."""
+    element_cls = f.spec.section
+    assert element_cls is not None
+    if not isinstance(value, dict):
+        raise ConfigError(
+            f"{source}: invalid value for '{key_path}': expected a table of named tables, got {convert.show(value)}"
+        )
+    named: dict[str, object] = {}
+    for name, element in value.items():
+        element_path = f"{key_path}.{name}"
+        if isinstance(element, element_cls):
+            named[name] = element
+            continue
+        if not isinstance(element, dict):
+            raise ConfigError(
+                f"{source}: invalid value for '{element_path}': expected a table, got {convert.show(element)}"
+            )
+        layer = _table_layer(element_cls, element, element_path, source, {})
+        named[name] = _build(element_cls, layer, path=element_path, base=None, source=source)
+    return named
 
 
 def _parsed(f: ConfigField, value: object, key_path: str, source: str) -> object:
@@ -287,7 +315,7 @@ def _flag_layer(cls: type, flags: Mapping[str, object], sources: dict[str, Origi
         f = chain[-1]
         if f.spec.table is not None:
             raise ConfigError(f"{source}: '{dotted}' is a table; set its keys one by one")
-        if isinstance(value, str) and f.spec.kind is not Kind.SECTIONS and f.parse is None:
+        if isinstance(value, str) and f.spec.kind not in (Kind.SECTIONS, Kind.NAMED_SECTIONS) and f.parse is None:
             typed = convert.from_text(f.spec, value, path=dotted, source=source)
         else:
             typed = _native_value(f, value, dotted, source)
@@ -357,6 +385,9 @@ def _validate(cfg: object, path: str, sources: Mapping[str, Origin]) -> None:
         elif f.spec.kind is Kind.SECTIONS:
             for i, element in enumerate(value):
                 _validate(element, f"{key_path}[{i}]", sources)
+        elif f.spec.kind is Kind.NAMED_SECTIONS:
+            for name, element in value.items():
+                _validate(element, f"{key_path}.{name}", sources)
         if f.validate is not None and value is not None:
             _run_validator(f, value, key_path, sources)
     method = getattr(cfg, "validate", None)

@@ -1,7 +1,8 @@
 """Show an effective config: `dump()` as TOML text (for `--print-config`) and `to_dict()` for JSON.
 
 `dump()` output loads back to an equal config: durations are written the Go way ("1m30s"), sizes as byte
-counts, an empty array of tables as `key = []`, and a None value as a comment (TOML has no null).
+counts, an empty array of tables as `key = []`, an empty table of named tables as `key = {}`, and a None
+value as a comment (TOML has no null).
 """
 
 from __future__ import annotations
@@ -63,12 +64,14 @@ def _dump_table(obj: object, path: str, lines: list[str]) -> None:
     fields = fields_of(type(obj))
     for f in fields:
         value = getattr(obj, f.name)
-        if f.spec.table is not None or (f.spec.kind is Kind.SECTIONS and value):
+        if f.spec.table is not None or (f.spec.kind in (Kind.SECTIONS, Kind.NAMED_SECTIONS) and value):
             continue
         if value is None:
             lines.append(f"# {f.key} is not set")
         elif f.spec.kind is Kind.SECTIONS:
             lines.append(f"{f.key} = []")
+        elif f.spec.kind is Kind.NAMED_SECTIONS:
+            lines.append(f"{f.key} = {{}}")
         else:
             lines.append(f"{f.key} = {format_value(f.spec, value)}")
     for f in fields:
@@ -87,6 +90,10 @@ def _dump_table(obj: object, path: str, lines: list[str]) -> None:
             for element in value:
                 lines.extend(("", f"[[{join(path, f.key)}]]"))
                 _dump_table(element, join(path, f.key), lines)
+        elif f.spec.kind is Kind.NAMED_SECTIONS:
+            for name, element in value.items():
+                lines.extend(("", f"[{join(path, f.key)}.{_key(name)}]"))
+                _dump_table(element, f"{join(path, f.key)}.{_key(name)}", lines)
 
 
 def _plain(spec: TypeSpec, value: object) -> Any:
@@ -98,6 +105,9 @@ def _plain(spec: TypeSpec, value: object) -> Any:
     if kind is Kind.SECTIONS:
         assert isinstance(value, tuple)
         return [to_dict(v) for v in value]
+    if kind is Kind.NAMED_SECTIONS:
+        assert isinstance(value, dict)
+        return {k: to_dict(v) for k, v in value.items()}
     if kind is Kind.TUPLE:
         assert spec.item is not None
         assert isinstance(value, tuple)

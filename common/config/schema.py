@@ -18,9 +18,9 @@ A config class is a frozen dataclass. Each field's TOML key is its name in kebab
               are set. Value fields only.
 
 Supported annotations: int, float, bool, str, Path, Duration, ByteSize, Literal[...] of str/int/bool,
-`X | None`, `tuple[X, ...]` and `dict[str, X]` of those scalars, a nested config dataclass (a TOML table)
-and `tuple[Section, ...]` (an array of tables). Anything else is a TypeError when the class is first used:
-that is a programming error, not a config error.
+`X | None`, `tuple[X, ...]` and `dict[str, X]` of those scalars, a nested config dataclass (a TOML table),
+`tuple[Section, ...]` (an array of tables) and `dict[str, Section]` (named tables, `[a.b.NAME]`). Anything
+else is a TypeError when the class is first used: that is a programming error, not a config error.
 """
 
 from __future__ import annotations
@@ -56,8 +56,11 @@ class Kind(enum.Enum):
     DICT = "dict"  # `dict[str, item]`
     SECTION = "section"  # a nested dataclass: a TOML table
     SECTIONS = "sections"  # `tuple[section, ...]`: an array of tables
+    NAMED_SECTIONS = "named sections"  # `dict[str, section]`: a table of named tables ([a.b.NAME])
 
 
+_SECTION_LISTS: Final = frozenset({Kind.SECTIONS, Kind.NAMED_SECTIONS})
+"""Kinds whose value is several tables: set by a file only (not by the environment or a flag)."""
 _SCALARS: Final = frozenset(
     {Kind.INT, Kind.FLOAT, Kind.BOOL, Kind.STR, Kind.PATH, Kind.DURATION, Kind.SIZE, Kind.LITERAL}
 )
@@ -70,7 +73,7 @@ class TypeSpec:
     kind: Kind
     choices: tuple[object, ...] = ()  # LITERAL
     item: TypeSpec | None = None  # OPTIONAL, TUPLE, DICT
-    section: type | None = None  # SECTION, SECTIONS
+    section: type | None = None  # SECTION, SECTIONS, NAMED_SECTIONS
 
     @property
     def table(self) -> type | None:
@@ -174,7 +177,7 @@ def _value_hooks(
     env = meta.get("env", ())
     if isinstance(env, str) or not isinstance(env, tuple | list) or not all(isinstance(n, str) and n for n in env):
         raise TypeError(f"{where}: metadata 'env' must be a tuple of environment variable names")
-    if (parse is not None or env) and (spec.table is not None or spec.kind is Kind.SECTIONS):
+    if (parse is not None or env) and (spec.table is not None or spec.kind in _SECTION_LISTS):
         raise TypeError(f"{where}: metadata 'parse' and 'env' are for value fields, not tables")
     return parse, tuple(env)
 
@@ -222,6 +225,9 @@ def _parse(tp: object, where: str) -> TypeSpec | None:
     if origin is dict:
         if len(args) != 2 or args[0] is not str:
             return None
+        if isinstance(args[1], type) and dataclasses.is_dataclass(args[1]):
+            fields_of(args[1])
+            return TypeSpec(Kind.NAMED_SECTIONS, section=args[1])
         item = _parse(args[1], where)
         return TypeSpec(Kind.DICT, item=item) if item is not None and item.kind in _SCALARS else None
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
@@ -241,7 +247,7 @@ def value_fields(cls: type, path: str = "") -> Iterator[tuple[str, tuple[ConfigF
         if table is not None:
             for sub_path, chain in value_fields(table, join(path, f.key)):
                 yield sub_path, (f, *chain)
-        elif f.spec.kind is not Kind.SECTIONS:
+        elif f.spec.kind not in _SECTION_LISTS:
             yield join(path, f.key), (f,)
 
 
@@ -295,6 +301,7 @@ _SINGULAR: Final = {
     Kind.SIZE: "a size such as '500MiB', '10MB', '1G' or a number of bytes",
     Kind.SECTION: "a table",
     Kind.SECTIONS: "an array of tables",
+    Kind.NAMED_SECTIONS: "a table of named tables",
 }
 _PLURAL: Final = {
     Kind.INT: "integers",

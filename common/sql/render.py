@@ -19,6 +19,10 @@ delete     ``DELETE FROM t WHERE <old key>``        same
   LIMIT``, so it uses ``WHERE rowid = (SELECT rowid FROM t WHERE ... LIMIT 1)``.
 * Consecutive INSERTs (REPLACEs) into the same table become one multi-row statement, capped
   at ``max_rows`` rows, ``max_params`` parameters and about ``max_bytes`` of DML data.
+* With ``delete_in`` (MySQL; the merge path, ``[syncer.to] merge``), consecutive DELETEs from the
+  same table that find their row by its primary key become one ``DELETE FROM t WHERE pk IN
+  (..)`` (``(a=? AND b=?) OR ..`` for a composite key), with the same caps.  The same rows go
+  either way: a primary key names one row.
 * Columns are ``shape.columns`` in order.  Parameters are converted per column with
   :func:`common.sql.values.to_mysql` / ``to_sqlite``.  For MySQL ``to_mysql`` changes only
   TIMESTAMP, TIME, JSON and BIT values (:data:`MYSQL_CONVERTED`); other columns skip the call.
@@ -103,6 +107,7 @@ class Renderer:
         max_bytes: int = DEFAULT_MAX_BYTES,
         max_params: int | None = None,
         tz: dt.tzinfo | None = None,
+        delete_in: bool = False,
     ) -> None:
         if dialect not in ("mysql", "sqlite"):
             raise ValueError(f"unknown SQL dialect {dialect!r} (mysql, sqlite)")
@@ -113,6 +118,7 @@ class Renderer:
         self.max_bytes = max_bytes
         self.max_params = max_params if max_params is not None else (1 << 30 if self.mysql else SQLITE_MAX_PARAMS)
         self.tz = tz
+        self.delete_in = delete_in and self.mysql
         self._cache: dict[int, _ShapeSQL] = {}
 
     # ------------------------------------------------------------------ names
@@ -220,6 +226,9 @@ class Renderer:
                 raise ValueError(f"{tp.name.lower()} of {dml.shape.db}.{dml.shape.table} has no old values")
             where, wparams = self._where(s, old)
             if tp == DMLType.DELETE:
+                if self.delete_in and _by_primary_key(s.shape, old):
+                    i = self._deletes(dmls, i, out)
+                    continue
                 out.append((s.delete + where, wparams))
             elif safe_mode:
                 out.append((s.delete + where, wparams))
@@ -254,6 +263,43 @@ class Renderer:
         head = s.replace if safe_mode else s.insert
         out.append((head + ",".join([s.row] * rows), params))
         return j
+
+    def _deletes(self, dmls: Sequence[DML], i: int, out: list[Statement]) -> int:
+        """One DELETE .. IN of the rows of dmls[i] on found by primary key; returns the index after the last."""
+        shape = dmls[i].shape
+        s = self._sql(shape)
+        key = shape.unique_keys[0]
+        convs = [s.convs[k] for k in key]
+        limit = max(1, min(self.max_rows, self.max_params // len(key)))
+        params: list[Any] = []
+        nbytes = rows = 0
+        j, n = i, len(dmls)
+        while j < n and rows < limit:
+            d = dmls[j]
+            old = d.old_values
+            if d.tp != DMLType.DELETE or d.shape is not shape or old is None or not _by_primary_key(shape, old):
+                break
+            if rows and nbytes + d.size > self.max_bytes:
+                break
+            params.extend(old[k] if c is None else c(old[k]) for k, c in zip(key, convs, strict=True))
+            nbytes += d.size
+            rows += 1
+            j += 1
+        names = [self.quote(shape.columns[k].name) for k in key]
+        if len(key) == 1:
+            where = f"{names[0]} IN (" + ",".join([self.ph] * rows) + ")"
+        else:
+            one = "(" + " AND ".join(f"{q}={self.ph}" for q in names) + ")"
+            where = " OR ".join([one] * rows)
+        out.append((s.delete + where, params))
+        return j
+
+
+def _by_primary_key(shape: TableShape, row: Row) -> bool:
+    """The row is found by the table's primary key (it has one, and :func:`where_key` picks it)."""
+    if shape.info.primary_key is None or not shape.unique_keys:
+        return False
+    return where_key(shape, row) == shape.unique_keys[0]
 
 
 def _wall_clock(tz: dt.tzinfo, value: dt.datetime) -> dt.datetime:

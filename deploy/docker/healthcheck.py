@@ -8,7 +8,9 @@
                                       pd-server or etcd on their default addresses; anything else is healthy
                                       while it runs (one-shot commands such as binlogctl)
 
-Each probe is bounded by --timeout (default 5 s).  An unhealthy result prints one line saying why on
+Each probe, name resolution included, is bounded by --timeout (default 5 s): a host name whose lookup
+hangs (a container cut off its network asks the outside resolvers) is unhealthy, not a hung probe.  An
+unhealthy result prints one line saying why on
 stderr (docker inspect shows it); a bad usage prints one line and exits 2.
 """
 
@@ -17,10 +19,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -95,6 +98,30 @@ def run(kind: str, target: str, timeout: float) -> str:
     raise ValueError(f"unknown probe {kind!r}")
 
 
+def within(timeout: float, probe: Callable[[], str]) -> str:
+    """`probe()`, or UnhealthyError when it has not returned after `timeout` seconds.
+
+    urllib's and gRPC's timeouts leave out the host name lookup (getaddrinfo cannot be interrupted), so
+    the probe runs on a daemon thread that is abandoned when the deadline passes; the process exits anyway.
+    """
+    outcome: list[str | BaseException] = []
+
+    def run_probe() -> None:
+        try:
+            outcome.append(probe())
+        except BaseException as exc:  # handed to the caller's thread
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run_probe, name="probe", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if not outcome:
+        raise UnhealthyError(f"no answer within {timeout:g}s (the host name lookup or the connection hangs)")
+    if isinstance(outcome[0], BaseException):
+        raise outcome[0]
+    return outcome[0]
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="healthcheck", description="Exit 0 when the service is healthy.")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds (default 5)")
@@ -111,9 +138,9 @@ def main(argv: Sequence[str] | None = None, proc_root: Path = Path("/proc")) -> 
     args = build_parser().parse_args(argv)
     try:
         if args.probe == "http":
-            said = probe_http(args.url, args.timeout)
+            said = within(args.timeout, lambda: probe_http(args.url, args.timeout))
         elif args.probe == "pd":
-            said = probe_pd(args.addr, args.timeout)
+            said = within(args.timeout, lambda: probe_pd(args.addr, args.timeout))
         elif args.probe == "fresh":
             said = probe_fresh(args.path, args.seconds)
         else:
@@ -121,7 +148,7 @@ def main(argv: Sequence[str] | None = None, proc_root: Path = Path("/proc")) -> 
             if command is None:
                 return 0  # nothing served to probe: healthy while it runs
             kind, target = DEFAULT_PROBES[command]
-            said = run(kind, target, args.timeout)
+            said = within(args.timeout, lambda: run(kind, target, args.timeout))
     except UnhealthyError as exc:
         sys.stderr.write(f"unhealthy: {exc}\n")
         return 1

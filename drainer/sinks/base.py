@@ -1,4 +1,4 @@
-"""The sink interface: where translated transactions go (mysql, sqlite, file; relay and Kafka later).
+"""The sink interface: where translated transactions go (mysql, sqlite, file, kafka; the relay log wraps one).
 
 Contract, for every implementation:
 
@@ -19,6 +19,8 @@ Contract, for every implementation:
 * ``set_observer(observer)`` before ``start``: the SQL sinks report the time of every downstream
   transaction and query to it (:class:`SinkObserver`, the drainer's metrics); ``inflight_bytes``
   is what the sink's byte budget holds right now (read at scrape time).
+* ``status()`` is a JSON object of the sink's own numbers for the drainer's ``GET /status`` (``sink``),
+  or None for a sink that has none (the Kafka sink has them).
 """
 
 from __future__ import annotations
@@ -101,3 +103,34 @@ class Sink(abc.ABC):
     def inflight_bytes(self) -> int:
         """Bytes the sink's budget holds right now: added and not yet reported (0 if it does not count)."""
         return 0
+
+    def status(self) -> dict[str, object] | None:
+        """The sink's own numbers for GET /status, or None."""
+        return None
+
+
+class WrappingSink(Sink):
+    """A sink in front of another (`inner`): it takes the inner sink's name flags, and passes on what it does
+    not change itself (parts, safe mode, the observer, the byte count, status)."""
+
+    def __init__(self, inner: Sink) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.safe_mode_aware = inner.safe_mode_aware
+
+    @property
+    def takes_parts(self) -> bool:
+        return self.inner.takes_parts
+
+    def set_safe_mode(self, on: bool) -> None:
+        self.inner.set_safe_mode(on)
+
+    def set_observer(self, observer: SinkObserver) -> None:
+        self.inner.set_observer(observer)
+
+    @property
+    def inflight_bytes(self) -> int:
+        return self.inner.inflight_bytes
+
+    def status(self) -> dict[str, object] | None:
+        return self.inner.status()

@@ -14,12 +14,22 @@ to :data:`MAX_QUERY_CHARS` (or a quarter of ``max_allowed_packet`` when smaller;
 larger than that goes alone).  Statements are interpolated as their query is built, so a worker
 holds the text of one query at a time, not of its whole chunk.
 
-A DDL runs as ``USE `db```; ``<query>`` (CREATE DATABASE without USE); a CREATE TABLE whose text
+``sync_mode = 2`` (partial columns, :mod:`drainer.sinks.partial`): each chunk's DMLs are cut down to
+the columns the downstream table has (read from ``information_schema``, cached for the sink, dropped
+after every DDL and on an "unknown column" error, after which the chunk is tried once more), and
+``STRICT_TRANS_TABLES`` is removed from the session's ``sql_mode``.  ``merge = True``: the loader
+merges by primary key (:mod:`drainer.merge`) and deletes by primary key go as one ``DELETE .. IN``.
+
+A DDL runs as ``USE `db```; ``<query>`` (CREATE DATABASE without USE), after its ``DDL.prelude``
+statements (table routing's ``CREATE DATABASE IF NOT EXISTS``); a CREATE TABLE whose text
 names no character set or collation gets the table's, mapped to the server's collations
 (:mod:`common.sql.collation`; the server's list is read once per sink); the errors of
 :data:`IGNORABLE_DDL_ERRORS` (exists / does not exist) are logged and ignored.  Lost
 connections, deadlocks and lock wait timeouts are retriable (:data:`RETRIABLE_ERRORS`); the
 connection is re-opened on the next try.  ``DDL.skip`` is not executed.
+
+TLS: every session goes through ``tls`` (:mod:`common.mysql_tls`): verified TLS when the caller's
+security table has ssl-ca, plaintext otherwise; a failed handshake is error 2026, which is not retried.
 """
 
 from __future__ import annotations
@@ -39,6 +49,7 @@ from pymysql.constants import CLIENT
 
 from common.errors import ConfigError
 from common.events import DDL, DML
+from common.mysql_tls import MySQLTLS
 from common.schema.model import JobType
 from common.sql.collation import downstream_collation, with_table_options
 from common.sql.render import Renderer
@@ -52,6 +63,7 @@ from drainer.loader import (
     LoaderSink,
 )
 from drainer.sinks.base import SinkError, SinkObserver
+from drainer.sinks.partial import COLUMNS_QUERY, PartialColumnError, PartialColumns, relaxed_sql_mode, writable_columns
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +78,9 @@ CONNECTION_ERRORS = frozenset({2003, 2006, 2013, 2055, 1053, 1927, 1040})
 """Can't connect, server gone, lost connection, shutdown, connection killed, too many connections."""
 RETRIABLE_ERRORS = CONNECTION_ERRORS | {1205, 1213}
 """Plus lock wait timeout and deadlock."""
+UNKNOWN_COLUMN = 1054
+SYNC_FULL_COLUMNS = 1
+SYNC_PARTIAL_COLUMNS = 2
 CONNECT_TIMEOUT = 10.0
 DEFAULT_READ_TIMEOUT = 60.0
 STATEMENT_IN_ERROR = 300
@@ -156,12 +171,16 @@ class _MySQLExecutor:
         tz: dt.tzinfo | None,
         observer: SinkObserver,
         collations: Collations | None = None,
+        *,
+        partial: PartialColumns | None = None,
+        delete_in: bool = False,
     ) -> None:
         self._connect = connect
         self._observer = observer
         self._collations = collations or Collations()
+        self._partial = partial
         self._conn: Connection | None = None
-        self._renderer = Renderer("mysql", tz=tz)
+        self._renderer = Renderer("mysql", tz=tz, delete_in=delete_in)
         self._max_query = 1 << 20
         self._packet = 4 << 20
         self._sent = 0
@@ -202,9 +221,41 @@ class _MySQLExecutor:
             self._drop()
             return ExecError(f"{what}: {_describe(exc)}", retriable=True)
         self._rollback()
-        return ExecError(f"{what}: {_describe(exc)}", retriable=code in RETRIABLE_ERRORS)
+        return ExecError(f"{what}: {_describe(exc)}", retriable=code in RETRIABLE_ERRORS, code=code)
+
+    def _read_columns(self, db: str, table: str) -> frozenset[str] | None:
+        """The downstream table's writable columns (lower case), None when it does not exist."""
+        try:
+            cur = self._connection().cursor()
+            try:
+                cur.execute(COLUMNS_QUERY, (db, table))
+                rows = cur.fetchall()
+            finally:
+                _close(cur)
+        except pymysql.err.Error as exc:
+            raise self._error(exc, f"reading the columns of `{db}`.`{table}`") from exc
+        return writable_columns(rows)
 
     def execute_dmls(self, dmls: Sequence[DML], safe_mode: bool) -> None:
+        partial = self._partial
+        if partial is None:
+            self._execute(dmls, safe_mode)
+            return
+        for attempt in (1, 2):
+            try:
+                projected = partial.project(dmls, self._read_columns)
+            except PartialColumnError as exc:
+                raise ExecError(str(exc)) from None
+            try:
+                self._execute(projected, safe_mode)
+                return
+            except ExecError as exc:
+                if exc.code != UNKNOWN_COLUMN or attempt == 2:
+                    raise
+                log.info("sync-mode 2: %s; reading the downstream columns again", exc)
+                partial.evict()
+
+    def _execute(self, dmls: Sequence[DML], safe_mode: bool) -> None:
         started = time.perf_counter()
         stmts = self._renderer.render(dmls, safe_mode)
         try:
@@ -279,6 +330,8 @@ class _MySQLExecutor:
             query = ddl.query
             if ddl.job.type == JobType.CREATE_TABLE:
                 query = self._collations.create_table_query(cur, ddl)
+            for statement in ddl.prelude:
+                cur.execute(statement)
             if ddl.db and ddl.job.type != JobType.CREATE_SCHEMA:
                 cur.execute("USE " + "`" + ddl.db.replace("`", "``") + "`")
             cur.execute(query)
@@ -298,6 +351,8 @@ class _MySQLExecutor:
             raise self._error(exc, f"{ddl.query!r} failed") from exc
         finally:
             _close(cur)
+            if self._partial is not None:
+                self._partial.evict()  # the DDL may have changed a table's columns
 
     def close(self) -> None:
         self._drop()
@@ -324,7 +379,12 @@ class MySQLSink(LoaderSink):
         read_timeout: float = DEFAULT_READ_TIMEOUT,
         enable_detect: bool = True,
         enable_dispatch: bool = True,
+        tls: MySQLTLS | None = None,
+        sync_mode: int = SYNC_FULL_COLUMNS,
+        merge: bool = False,
     ) -> None:
+        if sync_mode not in (SYNC_FULL_COLUMNS, SYNC_PARTIAL_COLUMNS):
+            raise ConfigError(f"sync-mode {sync_mode} is not known: use 1 (full columns) or 2 (partial columns)")
         self.host = host
         self.port = port
         self.user = user
@@ -333,7 +393,12 @@ class MySQLSink(LoaderSink):
         self.tz = session_time_zone(self.params)
         self.sql_mode = sql_mode
         self.read_timeout = read_timeout
+        self.tls = tls if tls is not None else MySQLTLS()
+        """Every connection of the sink (workers, DDL, `connect()` callers) uses it (common/mysql_tls.py)."""
         self.collations = Collations()
+        self.merge = merge
+        self.partial = PartialColumns() if sync_mode == SYNC_PARTIAL_COLUMNS else None
+        """sync-mode 2's downstream columns; None in sync-mode 1."""
         self.loader = Loader(
             self._executor,
             worker_count=worker_count,
@@ -343,6 +408,7 @@ class MySQLSink(LoaderSink):
             enable_detect=enable_detect,
             enable_dispatch=enable_dispatch,
             name=f"mysql-sink {self.where}",
+            merge=merge,
         )
 
     @property
@@ -367,8 +433,8 @@ class MySQLSink(LoaderSink):
         return stmts
 
     def connect(self) -> Connection:
-        """A new downstream session with the settings above (autocommit off)."""
-        conn = pymysql.connect(
+        """A new downstream session with the settings above (autocommit off), over `tls`."""
+        conn = self.tls.connect(
             host=self.host,
             port=self.port,
             user=self.user,
@@ -385,6 +451,8 @@ class MySQLSink(LoaderSink):
             try:
                 for sql in self._session_sql(conn):
                     cur.execute(sql)
+                if self.partial is not None:
+                    self._relax_sql_mode(cur)
             finally:
                 cur.close()
             conn.commit()
@@ -393,9 +461,21 @@ class MySQLSink(LoaderSink):
             raise
         return conn
 
+    @staticmethod
+    def _relax_sql_mode(cur: pymysql.cursors.Cursor) -> None:
+        """sync-mode 2: no STRICT_TRANS_TABLES, so a column the rows do not carry gets its implicit default."""
+        cur.execute("SELECT @@SESSION.sql_mode")
+        row = cur.fetchone()
+        mode = str(row[0]) if row and row[0] is not None else ""
+        relaxed = relaxed_sql_mode(mode)
+        if relaxed != mode:
+            cur.execute("SET SESSION sql_mode = %s", (relaxed,))
+
     def _executor(self, index: int) -> Executor:
         try:
-            return _MySQLExecutor(self.connect, self.tz, self.observer, self.collations)
+            return _MySQLExecutor(
+                self.connect, self.tz, self.observer, self.collations, partial=self.partial, delete_in=self.merge
+            )
         except pymysql.err.Error as exc:
             raise SinkError(f"mysql sink: cannot connect to {self.where}: {_describe(exc)}") from exc
 

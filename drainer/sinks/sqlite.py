@@ -10,6 +10,9 @@ transaction.  Its "exists / does not exist" errors (:data:`IGNORABLE_DDL_ERRORS`
 DDL was applied before (replay after a crash): the transaction is rolled back and the DDL
 ignored, as the MySQL sink ignores the same error family.  A locked database is retriable.
 Cursors are closed right after use, never left to the garbage collector.
+
+Table routing (`router`): DMLs come with routed names (drainer/sinks/routing.py); DDL statements are
+planned with :class:`RoutedSqliteDialect`, which names every table and index by its routed table.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from pathlib import Path
 from common.events import DDL, DML
 from common.sql.dialect import SqliteDialect
 from common.sql.render import Renderer
+from common.table_rules import Router
 from drainer.loader import DEFAULT_MAX_INFLIGHT_BYTES, DEFAULT_TXN_BATCH, ExecError, Executor, Loader, LoaderSink
 from drainer.sinks.base import SinkError, SinkObserver
 
@@ -50,12 +54,26 @@ def connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
+class RoutedSqliteDialect(SqliteDialect):
+    """The sqlite dialect with every table and index named by its routed table (`common.table_rules.Router`):
+    the DDL statements planned from a job then run against the routed tables."""
+
+    def __init__(self, router: Router) -> None:
+        self._router = router
+
+    def table(self, db: str, table: str) -> str:
+        return super().table(*self._router.route(db, table))
+
+    def index_name(self, db: str, table: str, index: str) -> str:
+        return super().index_name(*self._router.route(db, table), index)
+
+
 class _SqliteExecutor:
-    def __init__(self, path: Path, observer: SinkObserver) -> None:
+    def __init__(self, path: Path, observer: SinkObserver, router: Router | None = None) -> None:
         self._conn = connect(path)
         self._observer = observer
         self._renderer = Renderer("sqlite")
-        self._dialect = SqliteDialect()
+        self._dialect = SqliteDialect() if router is None else RoutedSqliteDialect(router)
 
     def _run(self, statements: Sequence[tuple[str, Sequence[object]]]) -> None:
         """Run statements in one write transaction; the cursor is closed whatever happens."""
@@ -116,8 +134,10 @@ class SqliteSink(LoaderSink):
         txn_batch: int = DEFAULT_TXN_BATCH,
         safe_mode: bool = False,
         max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES,
+        router: Router | None = None,
     ) -> None:
         self.path = Path(path)
+        self.router = router
         self.loader = Loader(
             self._executor,
             worker_count=1,
@@ -130,6 +150,6 @@ class SqliteSink(LoaderSink):
     def _executor(self, index: int) -> Executor:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            return _SqliteExecutor(self.path, self.observer)
+            return _SqliteExecutor(self.path, self.observer, self.router)
         except (OSError, sqlite3.Error) as exc:
             raise SinkError(f"sqlite sink: cannot open {self.path}: {exc}") from exc

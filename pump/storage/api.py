@@ -24,6 +24,37 @@ DEFAULT_MAX_TXN_TIMEOUT = 600.0
 DEFAULT_SLOW_CHASER_THRESHOLD = 3.0
 DEFAULT_MAX_BATCH_BYTES = 1 << 20
 DEFAULT_WRITE_QUEUE_BYTES = 64 << 20
+DEFAULT_KV_WRITE_BUFFER = 64 << 20
+
+
+@dataclass(frozen=True)
+class LevelDBOptions:
+    """The index's LevelDB options (plyvel.DB keywords), from `[storage.kv]`: the original's goleveldb keys
+    that LevelDB has an equivalent for.  Defaults are the original pump's."""
+
+    write_buffer_size: int = DEFAULT_KV_WRITE_BUFFER
+    """`write-buffer`: bytes of the memtable before it is written to a table."""
+    lru_cache_size: int = 8 << 20
+    """`block-cache-capacity`: the block cache."""
+    block_size: int = 4096
+    """`block-size`: uncompressed bytes per table block."""
+    block_restart_interval: int = 16
+    """`block-restart-interval`: keys between restart points of prefix compression."""
+    max_file_size: int = 64 << 20
+    """`compaction-table-size`: bytes of a table file before compaction starts a new one (goleveldb's
+    CompactionTableSize is this LevelDB option; LevelDB's own default is 2 MiB)."""
+
+    def kwargs(self) -> dict[str, int]:
+        return {
+            "write_buffer_size": self.write_buffer_size,
+            "lru_cache_size": self.lru_cache_size,
+            "block_size": self.block_size,
+            "block_restart_interval": self.block_restart_interval,
+            "max_file_size": self.max_file_size,
+        }
+
+
+"""The original pump.toml's `[storage.kv] write-buffer` (goleveldb's own default: 4 MiB)."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +73,8 @@ class StorageOptions:
     """Group commit: a write batch grows to this many bytes at most (original: 1 MiB)."""
     write_queue_bytes: int = DEFAULT_WRITE_QUEUE_BYTES
     """Bytes of binlogs waiting for the vlog writer before write_binlog blocks (memory bound)."""
+    kv: LevelDBOptions = LevelDBOptions()
+    """The index's LevelDB options (`[storage.kv]`)."""
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,9 @@ headPointer, plus the `done:` decision of each transaction decided in the batch 
 rollback for a transaction decided before is ignored: indexed under `late:`, see `decisions.py`),
 plus maxCommitTS and handlePointer at most once per second, and only then (3)
 publishes the sorter's new watermark, so a puller never sees a watermark above an entry that is
-not indexed yet.  A failed LevelDB write is retried every second until the storage closes.
+not indexed yet.  A failed LevelDB write is retried every second until the storage closes; from the
+second failure on, the index is reopened before each retry when that may help (`Index.recover_after`:
+LevelDB keeps an I/O error of a background flush, e.g. on a full disk, until it is reopened).
 """
 
 from __future__ import annotations
@@ -148,17 +150,24 @@ class IndexWriter:
         pointers = [(HEAD_POINTER_KEY, head)]
         if now - self._last_persist >= self._persist_interval and state != self._persisted:
             ints, pointers = self._meta(state, head)
+        failures = 0
         while True:
             try:
                 self._index.write(keys, ints=ints + longs, pointers=pointers, decisions=decided)
                 break
             except Exception as e:
+                failures += 1
                 log.error("index write failed, retrying in %.0fs entries=%d: %s", RETRY_INTERVAL, len(keys), e)
                 if self._observer is not None:
                     self._observer.error("batch_write_kv")
                 if self._closing.wait(RETRY_INTERVAL):
                     log.error("index write given up at close entries=%d", len(keys))
                     return False
+                if failures >= 2:
+                    try:
+                        self._index.recover_after(e)
+                    except Exception:  # never let the retry loop (and the indexing thread) die of it
+                        log.exception("index reopen attempt failed; retrying the write")
         if ints:
             self._persisted = state
             self._last_persist = now

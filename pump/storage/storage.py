@@ -122,7 +122,7 @@ class Storage:
             sync=opts.sync_log,
             on_rotate=self._observer.rotate,
         )
-        index = self._index = Index(self._dir / "kv")
+        index = self._index = Index(self._dir / "kv", options=opts.kv)
         self.dropped_past_end = drop_past_end(index, vlog)
         self._decisions = Decisions(index, self._observer)
         adopt_decisions(index, vlog, self._decisions)

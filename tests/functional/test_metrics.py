@@ -1,4 +1,4 @@
-"""GET /metrics of running pumps and drainers: the documented series exist, and move with the traffic.
+"""GET /metrics of running pumps and drainers: the original's series and ours exist, and move with the traffic.
 
 A real cluster (etcd, pd-server, two pumps, a drainer into MariaDB and one into binlog files) gets a
 database, a table and transactions of inserts, updates and deletes through the upstream writer and
@@ -6,6 +6,12 @@ its pump client.  Each process's /metrics is scraped before and after (parsed wi
 prometheus_client's parser) and compared: the pumps' WriteBinlog count grew by at least the binlogs
 the client wrote, the drainer's events by exactly the rows changed, its checkpoint advanced, each
 pump's pull series moved, the file sink's binlogfile series moved.
+
+Every metric the original pump and drainer export (the fact list tests/data/original_metrics.txt) is
+on the live processes' /metrics under its exact name, with the original's type and labels, and every
+metric the original's alert rules read (tests/data/original_alert_rules.txt) is served, so those rules
+work unchanged.  The text is read as scraped (tests/harness/metricfacts.py), counters without a `_total`
+added.
 
 "Documented" is read from the metrics modules' docstrings (every `binlog_pump_*` name in
 pump/metrics.py, `binlog_drainer_*` in drainer/metrics.py, `binlog_binlogfile_*` in
@@ -20,57 +26,64 @@ from collections.abc import Iterable
 from typing import Final
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 import common.binlogfile.metrics as binlogfile_metrics
 import drainer.metrics as drainer_metrics
 import pump.metrics as pump_metrics
 from common import tso
 from tests.functional.drainerutil import Cluster
+from tests.harness.metricfacts import (
+    EXPORTED,
+    GO_RUNTIME,
+    UNREGISTERED,
+    Exposition,
+    metric_names,
+    original_alert_rules,
+    original_metrics,
+)
 from tools.localcluster import NodeProcess
 from upstream.ddl import Column
 
 pytestmark = pytest.mark.functional
 
 NOT_EXPORTED: Final = frozenset({"binlog_drainer_slow_chaser_catchup_time_seconds"})
-"""Named in the docstrings as the original's, not ours (the pump exports it under its own subsystem)."""
+"""Named in the drainer's docstring, served by the pump (as the original did)."""
+KAFKA_PREFIX: Final = "binlog_drainer_kafka_"
+"""Exported by a drainer with db-type kafka only (tests/functional/test_drainer_kafka.py checks them)."""
 ROWS: Final = 40
 UPDATES: Final = 7
 DELETES: Final = 5
 
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
-
-class Scrape:
-    """One GET /metrics: its family names and its samples by (name, sorted labels)."""
+class Scrape(Exposition):
+    """One GET /metrics, as scraped."""
 
     def __init__(self, node: NodeProcess) -> None:
         with urllib.request.urlopen(f"http://{node.status_addr}/metrics", timeout=10) as resp:
             assert resp.status == 200
-            assert resp.headers["Content-Type"].startswith("text/plain")
+            assert resp.headers["Content-Type"].startswith("text/plain; version=0.0.4")
             text = resp.read().decode()
-        self.families: dict[str, str] = {}
-        self.samples: Samples = {}
-        for family in text_string_to_metric_families(text):
-            self.families[family.name] = family.type
-            for s in family.samples:
-                self.samples[s.name, tuple(sorted(s.labels.items()))] = s.value
+        parsed = Exposition.parse(text)
+        super().__init__(parsed.types, parsed.label_names, parsed.samples, parsed.type_lines)
+        self.families = self.types
 
-    def get(self, name: str, **labels: str) -> float:
-        """The sample's value; 0 when it is not there (yet)."""
-        return self.samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
-    def total(self, name: str, **match: str) -> float:
-        """Sum of every sample `name` whose labels include `match`."""
-        return sum(
-            v
-            for (n, labels), v in self.samples.items()
-            if n == name and all((k, val) in labels for k, val in match.items())
-        )
+def check_original(s: Scrape, component: str) -> None:
+    """`s` serves every metric the original `component` exported: exact name, type and labels."""
+    facts = original_metrics(component)
+    assert facts
+    for m in facts:
+        if m.status == GO_RUNTIME:
+            assert m.name not in s.types, m.name
+            continue
+        assert s.types.get(m.name) == m.type, f"{component} /metrics: {m.name} is {s.types.get(m.name)}, not {m.type}"
+        if s.label_names[m.name]:
+            assert s.label_names[m.name] == m.labels, m.name
+    assert len(s.type_lines) == len(set(s.type_lines)), f"{component} /metrics declares a family twice"
 
 
 def documented(doc: str | None, prefix: str) -> set[str]:
-    names = {n.removesuffix("_total") for n in re.findall(r"binlog_[a-z0-9_]*[a-z0-9]", doc or "")}
+    names = set(re.findall(r"binlog_[a-z0-9_]*[a-z0-9]", doc or ""))
     return {n for n in names if n.startswith(prefix)} - NOT_EXPORTED
 
 
@@ -119,6 +132,19 @@ def test_pump_and_drainer_metrics_exist_and_move(cluster: Cluster) -> None:
     after = Scrape(drainer)
     files_after = Scrape(files)
 
+    # ------------------------------------------------ every series the original exported, under its name
+    for s in pumps_after:
+        check_original(s, "pump")
+    for s in (after, files_after):
+        check_original(s, "drainer")
+    served = set().union(*(s.series() for s in (*pumps_after, after)))
+    for alert, expr in original_alert_rules():
+        assert metric_names(expr) <= served, f"the original's alert {alert} reads {expr}: not all served"
+    unregistered = {m.name for m in original_metrics() if m.status == UNREGISTERED}
+    assert unregistered <= set().union(*(s.types for s in (*pumps_after, after)))  # ours serve them too
+    assert all(m.name in after.types for m in original_metrics("drainer") if m.status == EXPORTED)
+    assert "binlog_drainer_slow_chaser_catchup_time_seconds" not in after.types  # the pump's, as the original
+
     # ------------------------------------------------------------------ every documented series exists
     for s in pumps_after:
         missing = documented(pump_metrics.__doc__, "binlog_pump_") - set(s.families)
@@ -127,9 +153,12 @@ def test_pump_and_drainer_metrics_exist_and_move(cluster: Cluster) -> None:
     wanted = documented(drainer_metrics.__doc__, "binlog_drainer_") | documented(
         binlogfile_metrics.__doc__, "binlog_binlogfile_"
     )
+    kafka_only = documented(drainer_metrics.__doc__, KAFKA_PREFIX)  # test_drainer_kafka.py checks them
+    assert kafka_only, "the kafka sink's metrics are not in drainer.metrics' docstring"
     for s in (after, files_after):
-        missing = wanted - set(s.families)
+        missing = wanted - kafka_only - set(s.families)
         assert missing == set(), f"drainer /metrics lacks {sorted(missing)}"
+        assert not kafka_only & set(s.families), "kafka sink metrics exported by a drainer of another db-type"
         assert "process_resident_memory_bytes" in s.families
     assert after.families["binlog_drainer_event"] == "counter"
     assert after.families["binlog_drainer_execute_duration_time"] == "histogram"
@@ -158,12 +187,12 @@ def test_pump_and_drainer_metrics_exist_and_move(cluster: Cluster) -> None:
     def moved(name: str, **labels: str) -> float:
         return after.get(name, **labels) - before.get(name, **labels)
 
-    assert moved("binlog_drainer_event_total", type="Insert") == ROWS
-    assert moved("binlog_drainer_event_total", type="Update") == UPDATES
-    assert moved("binlog_drainer_event_total", type="Delete") == DELETES
-    assert moved("binlog_drainer_event_total", type="DDL") == 2  # CREATE DATABASE, CREATE TABLE
+    assert moved("binlog_drainer_event", type="Insert") == ROWS
+    assert moved("binlog_drainer_event", type="Update") == UPDATES
+    assert moved("binlog_drainer_event", type="Delete") == DELETES
+    assert moved("binlog_drainer_event", type="DDL") == 2  # CREATE DATABASE, CREATE TABLE
     assert moved("binlog_drainer_ddl_jobs_total") == 2
-    assert moved("binlog_drainer_event_total", type="savepoint") >= 1
+    assert moved("binlog_drainer_event", type="savepoint") >= 1
     assert (
         after.get("binlog_drainer_checkpoint_tso") >= tso.physical(target) > before.get("binlog_drainer_checkpoint_tso")
     )
@@ -171,7 +200,7 @@ def test_pump_and_drainer_metrics_exist_and_move(cluster: Cluster) -> None:
     assert moved("binlog_drainer_execute_duration_time_count") >= 1 + 2  # DML chunks and the two DDLs
     assert moved("binlog_drainer_query_duration_time_count", type="exec") >= 3
     assert moved("binlog_drainer_query_duration_time_count", type="commit") == 2  # the DDLs' commits
-    assert after.get("binlog_drainer_disorder_binlog_count_total") == 0
+    assert after.get("binlog_drainer_disorder_binlog_count") == 0
     for node_id in pump_ids:
         assert moved("binlog_drainer_binlog_reach_duration_time_count", nodeID=node_id) >= 1, node_id
         assert moved("binlog_drainer_read_binlog_size_count", nodeID=node_id) >= 1, node_id
@@ -189,6 +218,6 @@ def test_pump_and_drainer_metrics_exist_and_move(cluster: Cluster) -> None:
     assert file_moved("binlog_binlogfile_write_binlog_size_count", **local) >= ROWS // 4 + 1 + 2  # txns + DDLs
     assert file_moved("binlog_binlogfile_write_binlog_size_sum", **local) > 0
     assert file_moved("binlog_binlogfile_write_binlog_duration_time_count", **local) >= 1
-    assert files_after.get("binlog_binlogfile_corruption_binlog_count_total") == 0
-    assert file_moved("binlog_drainer_event_total", type="Insert") == ROWS
+    assert files_after.get("binlog_binlogfile_corruption_binlog_count") == 0
+    assert file_moved("binlog_drainer_event", type="Insert") == ROWS
     assert file_moved("binlog_drainer_execute_duration_time_count") == 0  # not a SQL sink

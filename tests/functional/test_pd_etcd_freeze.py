@@ -152,7 +152,9 @@ def test_pd_server_serves_again_after_etcd_freezes_longer_than_the_lease(
 def test_sigterm_stops_pd_server_while_etcd_is_frozen(
     etcd_server: EtcdProcess, etcd: EtcdClient, pd_server: PDProcess, when: str
 ) -> None:
-    assert direct_tso(pd_server.addr) is not None
+    # serving before the freeze (a one-shot probe with a 1 s deadline failed under load: the fixture's
+    # readiness and the first call on a fresh channel are not the same moment)
+    wait_for(lambda: direct_tso(pd_server.addr) is not None, 15, "pd-server to serve before the freeze")
     with frozen(etcd_server):
         if when == "after_the_term_ended":
             # the lease cannot be kept alive: pd-server stops serving (refuses or does not answer)

@@ -253,10 +253,10 @@ def test_a_recorded_port_in_use_is_named(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------------ pure parts
 def test_progress_lines_and_metrics() -> None:
     text = (
-        "# TYPE binlog_drainer_event_total counter\n"
-        'binlog_drainer_event_total{type="Insert"} 120.0\n'
-        'binlog_drainer_event_total{type="Update"} 30.0\n'
-        'binlog_drainer_event_created{type="Insert"} 1.7e9\n'
+        "# TYPE binlog_drainer_event counter\n"
+        'binlog_drainer_event{type="Insert"} 120.0\n'
+        'binlog_drainer_event{type="Update"} 30.0\n'
+        'binlog_drainer_events_other{type="Insert"} 1.7e9\n'
     )
     events = parse_events(text)
     assert events == {"Insert": 120, "Update": 30}

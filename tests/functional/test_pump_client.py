@@ -41,6 +41,7 @@ from pump_client.payload import MAX_HEADER_SIZE
 from tests.functional.pumputil import PumpClient as RawPump
 from tests.functional.pumputil import is_fake, prewrite_value
 from tests.functional.upstreamutil import pull_merged
+from tests.harness.tcpproxy import TcpProxy
 from tools.localcluster import EtcdProcess, PDProcess, PumpProcess
 from tools.procs import free_port, wait_for
 
@@ -57,16 +58,21 @@ def start_pumps(
 ) -> list[PumpProcess]:
     pumps = [PumpProcess(tmp_path, etcd_server.url, name=f"pump{i}", extra_args=[*FAST, *extra]) for i in range(n)]
     for pump in pumps:
-
-        def cleanup(pump: PumpProcess = pump) -> None:
-            rep = getattr(request.node, "rep_call", None)
-            if rep is not None and rep.failed:
-                print(f"\n===== {pump.name} log =====\n{pump.process.log_tail(60)}")
-            pump.stop()
-
-        request.addfinalizer(cleanup)
-        pump.start()
+        start_pump(pump, request)
     return pumps
+
+
+def start_pump(pump: PumpProcess, request: pytest.FixtureRequest) -> None:
+    """Start `pump`; stopped at the end of the test, its log tail printed when the test failed."""
+
+    def cleanup() -> None:
+        rep = getattr(request.node, "rep_call", None)
+        if rep is not None and rep.failed:
+            print(f"\n===== {pump.name} log =====\n{pump.process.log_tail(60)}")
+        pump.stop()
+
+    request.addfinalizer(cleanup)
+    pump.start()
 
 
 def prewrite(start_ts: int) -> binlog_pb2.Binlog:
@@ -321,7 +327,7 @@ def run_status_writers(
                         txns.errors.append(exc)
                     continue
                 commit_ts = tso.get_ts()
-                status.mark_committed(conn, start_ts, commit_ts)
+                status.mark_committed(conn, start_ts, commit_ts, pump_node_id=client.prewrite_pump(start_ts) or "")
                 fut = client.write_binlog_async(commit(start_ts, commit_ts))
                 with txns.lock:
                     txns.committed[start_ts] = (commit_ts, fut, time.monotonic())
@@ -407,12 +413,92 @@ def test_sigstop_one_of_three_pumps_commits_continue_then_it_rejoins(
         assert client.metrics.given_up(COMMIT) == 0  # the frozen pump's commits waited for it
         assert client.tracked_txns == 0
 
-    pulled = pull_merged(pumps, cluster_id, tso_client.get_ts(), timeout=120)
+    # Each transaction on exactly one pump: a prewrite the frozen pump stored but answered too late was
+    # rolled back there (by the client, or by its resolver: the status row names the other pump).
+    pulled = pull_merged(pumps, cluster_id, tso_client.get_ts(), timeout=120, exactly_once=True)
     assert {(b.start_ts, b.commit_ts) for b in pulled} == {(s, c) for s, (c, _, _) in txns.committed.items()}
     print(
+        f"{client.metrics.withdrawals()} prewrite copies withdrawn; "
         f"{FROZEN_COMMITS} commits {continued_after:.2f}s after the freeze; "
         f"the thawed pump took prewrites again {rejoined_after:.2f}s after SIGCONT"
     )
+
+
+class _CrashedBeforeRollbacks(PumpsClient):
+    """A writer that died before the rollbacks of its abandoned prewrite attempts went out."""
+
+    def _withdraw(self, start_ts: int, node_ids: set[str]) -> None:
+        pass
+
+
+SLOW_MS = 800
+"""Delay the proxy adds to everything sent to the slow pump: more than the client's attempt deadline."""
+
+
+@pytest.mark.parametrize("rollbacks", ["delivered", "lost"])
+def test_a_slow_pumps_copy_of_a_failed_over_prewrite_is_never_delivered_twice(
+    tmp_path: Path,
+    etcd_server: EtcdProcess,
+    cluster_id: int,
+    tso_client: TSOClient,
+    request: pytest.FixtureRequest,
+    rollbacks: str,
+) -> None:
+    """The nemesis suite found it: a pump 0.8 s away answers a prewrite after the client's attempt
+    deadline (0.3 s) but stores it; the client writes the prewrite to another pump, and the slow pump's
+    resolver used to find the transaction committed and commit its copy too.  Now the client rolls the
+    copy back, and where that rollback never arrives, the status row names the pump that took the
+    prewrite and the slow pump's resolver rolls its copy back.  Each pump's stream, pulled from 0,
+    holds each transaction at most once across pumps."""
+    db_path = tmp_path / "txn-status.db"
+    dsn = f"sqlite:///{db_path}"
+    status = TxnStatusStore.open(dsn)
+    request.addfinalizer(status.close)
+    status.ensure_schema()
+    resolving = ["--upstream.txn-status-dsn", dsn, "--storage.resolve-interval", "0.2"]
+    fast = start_pumps(tmp_path, etcd_server, request, 1, *resolving)[0]
+    slow_port = free_port()
+    proxy = TcpProxy("127.0.0.1", free_port(), "127.0.0.1", slow_port)
+    proxy.start()
+    request.addfinalizer(proxy.close)
+    slow = PumpProcess(
+        tmp_path,
+        etcd_server.url,
+        name="slow",
+        grpc_port=slow_port,
+        extra_args=[*FAST, *resolving],
+        advertise=proxy.address,
+    )
+    start_pump(slow, request)
+    cls = PumpsClient if rollbacks == "delivered" else _CrashedBeforeRollbacks
+    committed: dict[int, int] = {}
+    with cls(etcd_server.url, attempt_timeout=0.3, retry_interval=0.02, probe_interval=0.5) as client:
+        proxy.set_delay(SLOW_MS, direction="up")
+        conn = sqlite3.connect(db_path, timeout=30, isolation_level=None)
+        try:
+            deadline = time.monotonic() + DEADLINE
+            while client.metrics.failures(slow.node_id) < 4:
+                assert time.monotonic() < deadline, "the slow pump's attempts never timed out"
+                start_ts = tso_client.get_ts()
+                status.begin_pending(conn, start_ts, ttl_ms=120_000)
+                client.write_binlog(prewrite(start_ts))
+                commit_ts = tso_client.get_ts()
+                status.mark_committed(conn, start_ts, commit_ts, pump_node_id=client.prewrite_pump(start_ts) or "")
+                client.write_binlog(commit(start_ts, commit_ts))
+                committed[start_ts] = commit_ts
+        finally:
+            conn.close()
+        proxy.set_delay(0)
+        assert client.metrics.given_up(PREWRITE) == 0
+        if rollbacks == "lost":
+            assert client.metrics.withdrawals() == 0
+        else:  # one per prewrite that timed out on the slow pump (its other failures are those rollbacks' calls)
+            assert client.metrics.withdrawals() >= 1
+
+    pulled = pull_merged([fast, slow], cluster_id, tso_client.get_ts(), timeout=120, exactly_once=True)
+    assert {(b.start_ts, b.commit_ts) for b in pulled} == set(committed.items())
+    if rollbacks == "lost":  # the copies were there, and the resolver settled them
+        assert f"committed through pump {fast.node_id}" in (tmp_path / "slow.log").read_text()
 
 
 def test_a_paused_pump_gets_no_more_prewrites(
@@ -617,6 +703,40 @@ def test_last_resort_pass_tries_unavailable_online_pumps(
         with pytest.raises(PumpClientError, match="write binlog start_ts=200 failed, the last error node_id=b"):
             client.write_binlog(prewrite(200))
         assert client.metrics.given_up(PREWRITE) == 1
+
+
+def test_a_copy_left_by_a_timed_out_prewrite_attempt_gets_a_rollback(
+    scripted: Callable[[str], ScriptedPump], etcd_server: EtcdProcess
+) -> None:
+    """A pump that answers after the attempt deadline still stored the prewrite: once the prewrite went
+    to another pump, the slow one gets a rollback of that start_ts (in the background, after a probe found
+    it answering), so its copy neither waits for a commit nor is committed by its resolver.  The pump
+    that took the prewrite gets none, and a refusal (nothing stored) gets none."""
+    a, b = scripted("a"), scripted("b")
+
+    def slow_prewrites(binlog: binlog_pb2.Binlog) -> None:
+        if binlog.tp == binlog_pb2.Prewrite:
+            time.sleep(0.6)  # then stored: the call returns OK after the client gave up on it
+
+    a.script = slow_prewrites
+    with PumpsClient(
+        etcd_server.url, strategy="hash", attempt_timeout=0.2, retry_interval=0.01, probe_interval=0.2
+    ) as client:
+        client.write_binlog(prewrite(10))  # hash: 10 % 2 -> a, which times out; then b
+        assert client.prewrite_pump(10) == "b"
+        assert (a.seen(binlog_pb2.Prewrite, 10), b.seen(binlog_pb2.Prewrite, 10)) == (1, 1)
+        assert client.metrics.withdrawals() == 1
+        wait_for(lambda: a.seen(binlog_pb2.Rollback, 10) == 1, DEADLINE, "the rollback of start_ts=10 on a")
+        client.write_binlog(commit(10, 11))
+        assert client.prewrite_pump(10) is None
+        assert (a.seen(binlog_pb2.Commit), b.seen(binlog_pb2.Commit, 10)) == (0, 1)
+        assert b.seen(binlog_pb2.Rollback) == 0
+
+        a.script = lambda binlog: (grpc.StatusCode.RESOURCE_EXHAUSTED, "disk full")
+        b.script = lambda binlog: (grpc.StatusCode.RESOURCE_EXHAUSTED, "disk full")
+        with pytest.raises(PumpFullError):
+            client.write_binlog(prewrite(12))
+        assert client.metrics.withdrawals() == 1  # a refused prewrite was not stored: nothing to roll back
 
 
 def test_commit_goes_only_to_its_pump_and_never_raises(

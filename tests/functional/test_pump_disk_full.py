@@ -4,6 +4,9 @@
   directory, here on another file system, as a guard whose 3-second sample is stale would): the write
   meets a real ENOSPC, the client gets RESOURCE_EXHAUSTED "no available space" at once and does not retry
   it, no partial record is left behind, and the pump writes again once space is freed.
+* The index's file system fills up: acknowledged binlogs are not lost, and once space is freed the
+  index catches up, also when LevelDB kept the I/O error of a failed flush (it fails every write with
+  it until it is reopened: the pump reopens it).
 * The guard counts the payload it is about to admit: with little room left above
   stop-write-at-available-space, a binlog larger than that room is refused before it is written.
 
@@ -241,3 +244,43 @@ def test_enospc_on_the_index_loses_nothing_and_it_catches_up_once_space_is_freed
             pump.stop()
         check_offline(pump.data_dir)
     assert "No space left on device" in full_log
+
+
+def test_a_leveldb_flush_that_met_enospc_is_reopened_once_space_is_freed(
+    tmp_path: Path, etcd_server: EtcdProcess, etcd: EtcdClient, pd_server: PDProcess, tso_client: TSOClient
+) -> None:
+    """The nemesis suite found a pump that served nothing after its full disk was freed, until it was
+    restarted: a LevelDB memtable flush that fails keeps its error, and every later write fails with it.
+    A 64 KiB write buffer makes flushes frequent; the room left lets the log grow but not a flush."""
+    pump = PumpProcess(
+        tmp_path,
+        etcd_server.url,
+        name="pump1",
+        extra_args=[*FAST, "--storage.stop-write-at-available-space", "1MiB", "--storage.kv.write-buffer", "64KiB"],
+    )
+    with tmpfs(pump.data_dir / "kv", "4m") as kv_fs:
+        pump.start()
+        cluster_id = read_cluster_id(etcd)
+        assert cluster_id is not None
+        raw = PumpClient(pump.addr, cluster_id)
+        client = PumpsClient(etcd_server.url)
+        try:
+            acked = [txn(client, tso_client, 100)]
+            with filled(kv_fs, leave=200 << 10):
+
+                def index_fails() -> bool:
+                    acked.extend(txn(client, tso_client, 100) for _ in range(20))
+                    return "index write failed" in pump.process.log_tail(400)
+
+                wait_for(index_fails, 2 * DEADLINE, "the index to meet ENOSPC")
+                full_log = pump.process.log_tail(400)
+            acked.extend(txn(client, tso_client, 100) for _ in range(3))  # space is back
+            check_served(raw, acked)
+            log_after = pump.process.log_tail(2000)
+        finally:
+            client.close()
+            raw.close()
+            pump.stop()
+        check_offline(pump.data_dir)
+    assert ".ldb: No space left on device" in full_log  # a flush failed, not only a log append
+    assert "index reopened" in log_after

@@ -66,7 +66,7 @@ class RunningPump:
         self.app = PumpApp(
             cfg,
             storage_factory=lambda _dir, _opts, _resolver: self.storage,
-            resolver_factory=lambda _cfg: WaitingResolver(),
+            resolver_factory=lambda _cfg, _node: WaitingResolver(),
             notify_policy=NotifyPolicy(attempts=3, backoff=0.1, factor=2.0, timeout=5.0),
             offline_check_interval=0.05,
         )
@@ -324,7 +324,7 @@ def test_main_runs_a_pump_until_sigterm_pauses_it(
 ) -> None:
     storage = MemoryStorage()
     monkeypatch.setattr(pump_app, "default_storage_factory", lambda _d, _o, _r, **_kw: storage)
-    monkeypatch.setattr(pump_app, "default_resolver_factory", lambda _cfg: WaitingResolver())
+    monkeypatch.setattr(pump_app, "default_resolver_factory", lambda _cfg, _node: WaitingResolver())
     log_file = tmp_path / "pump.log"
     argv = [
         "--pd-urls", etcd_server.url,

@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from common.errors import CorruptRecordError
 from common.etcd import EtcdClient
@@ -22,11 +21,12 @@ from pump.storage.index import Index
 from pump.storage.vlog import file_name
 from tests.functional.pumputil import PumpClient
 from tests.functional.test_pump_e2e import start_pump
+from tests.harness.metricfacts import Exposition
 from tools.localcluster import EtcdProcess, PDProcess, PumpProcess
 
 pytestmark = pytest.mark.functional
-IGNORED = "binlog_pump_storage_ignored_decision_count_total"
-STORAGE_ERRORS = "binlog_pump_storage_error_count_total"
+IGNORED = "binlog_pump_storage_ignored_decision_count"
+STORAGE_ERRORS = "binlog_pump_storage_error_count"
 
 
 @pytest.fixture
@@ -52,7 +52,7 @@ def scrape(pump: PumpProcess, name: str) -> float:
     """Sum of every sample `name` on the pump's /metrics (0 when absent)."""
     with urllib.request.urlopen(f"http://{pump.status_addr}/metrics", timeout=10) as resp:
         text = resp.read().decode()
-    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == name)
+    return Exposition.parse(text).total(name)
 
 
 def log_since(pump: PumpProcess, mark: int) -> list[str]:

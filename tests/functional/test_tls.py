@@ -335,7 +335,7 @@ def test_binlog_workload_writes_through_the_tls_cluster(tls_cluster: TLSCluster,
     store = tmp_path / "bank.db"
     flags = ["--ssl-ca", str(pki.ca), "--ssl-cert", str(pki.client.cert), "--ssl-key", str(pki.client.key)]
     base = [sys.executable, "-m", "upstream.workload_cli", "--workload", "bank", "--etcd", c.etcd_server.url]
-    base += ["--store", f"sqlite:///{store}", "--database", "tlsbank", "--quiet", "--json"]
+    base += ["--store", f"sqlite:///{store}", "--database", c.dbname("tlsbank"), "--quiet", "--json"]  # dropped
     done = subprocess.run(
         [*base, "--txns", "40", "--threads", "2", *flags],
         check=False,

@@ -80,9 +80,39 @@ def test_schema_is_idempotent(store: TxnStatusStore, writer: MySQLConn) -> None:
         ("state", "varchar(16)", ""),
         ("commit_ts", "bigint(20)", ""),
         ("ttl_deadline", "bigint(20)", ""),
+        ("pump_node_id", "varchar(255)", ""),
     ]
     with pytest.raises(pymysql.err.OperationalError, match="CONSTRAINT"):
-        run(writer, f"INSERT INTO {TABLE} VALUES (1, 'bogus', 0, 0)")
+        run(writer, f"INSERT INTO {TABLE} VALUES (1, 'bogus', 0, 0, '')")
+
+
+def test_a_table_without_pump_node_id_is_read_and_then_upgraded(
+    store: TxnStatusStore, writer: MySQLConn, mysql_db: MySQLDSN
+) -> None:
+    """A table an older writer created: pumps read it as it is; the next ensure_schema adds the column
+    and keeps the rows."""
+    run(writer, f"DROP TABLE {TABLE}")
+    run(
+        writer,
+        f"CREATE TABLE {TABLE} (start_ts BIGINT NOT NULL PRIMARY KEY, state VARCHAR(16) NOT NULL, "
+        "commit_ts BIGINT NOT NULL DEFAULT 0, ttl_deadline BIGINT NOT NULL)",
+    )
+    run(writer, f"INSERT INTO {TABLE} VALUES (100, 'committed', 105, 0)")
+    reader = TxnStatusStore(store.dsn)
+    try:
+        assert reader.get(100) == TxnStatus(100, TxnState.COMMITTED, 105, 0, "")
+        assert reader.rollback_abandoned(200, NOW_MS) == TxnStatus(200, TxnState.ROLLED_BACK)  # a tombstone
+        store.ensure_schema()
+        store.ensure_schema()  # idempotent
+        assert [c[0] for c in run(writer, f"SHOW COLUMNS FROM {TABLE}")][-1] == "pump_node_id"
+        assert reader.get(100) == TxnStatus(100, TxnState.COMMITTED, 105, 0, "")
+        writer.begin()
+        store.begin_pending(writer, 300, TTL_MS)
+        store.mark_committed(writer, 300, 305, pump_node_id="pump-2:8250")
+        writer.commit()
+        assert reader.get(300) == TxnStatus(300, TxnState.COMMITTED, 305, NOW_MS + TTL_MS, "pump-2:8250")
+    finally:
+        reader.close()
 
 
 def test_writer_helpers_join_the_callers_transaction(store: TxnStatusStore, writer: MySQLConn) -> None:
@@ -162,7 +192,7 @@ def test_purge_and_malformed_rows(store: TxnStatusStore, writer: MySQLConn) -> N
     assert store.purge_before(60, batch=2) == 4
     assert [ts for ts in range(10, 80, 10) if store.get(ts) is not None] == [40, 60, 70]
 
-    run(writer, f"INSERT INTO {TABLE} VALUES (90, 'committed', 0, 0)")
+    run(writer, f"INSERT INTO {TABLE} VALUES (90, 'committed', 0, 0, '')")
     with pytest.raises(CodecError, match="commit_ts=0"):
         store.get(90)
 

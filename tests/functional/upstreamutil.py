@@ -23,23 +23,31 @@ Model = dict[tuple[int, int], dict[str, Any]]
 
 
 def pull_merged(
-    pumps: Sequence[PumpProcess], cluster_id: int, upto: int, timeout: float = 60
+    pumps: Sequence[PumpProcess], cluster_id: int, upto: int, timeout: float = 60, *, exactly_once: bool = False
 ) -> list[binlog_pb2.Binlog]:
     """Every commit binlog (fake ones dropped) with commit_ts <= upto from all pumps, by commit_ts.
 
     Each pump's stream is read until it passes `upto` (fake binlogs guarantee it does).  A transaction
     served by two pumps is kept once, as the drainer's merge does: a pump killed after storing a
-    prewrite but before answering makes the client write it to a second pump, and the first pump's
-    resolver later gives its copy the same commit."""
+    prewrite but before answering makes the client write it to a second pump, and when the writer did
+    not record which pump took it, the first pump's resolver later gives its copy the same commit.
+    `exactly_once`: such a second copy fails the test instead (the writer recorded the pump)."""
     merged: dict[tuple[int, int], binlog_pb2.Binlog] = {}
+    served_by: dict[int, str] = {}
     for p in pumps:
         client = PumpClient(p.addr, cluster_id)
         try:
             for b in client.pull(0, timeout):
                 if b.commit_ts > upto:
                     break
-                if not is_fake(b):
-                    merged.setdefault((b.start_ts, b.commit_ts), b)
+                if is_fake(b):
+                    continue
+                if exactly_once:
+                    assert b.start_ts not in served_by, (
+                        f"start_ts={b.start_ts} served by {served_by[b.start_ts]} and again by {p.node_id}"
+                    )
+                    served_by[b.start_ts] = p.node_id
+                merged.setdefault((b.start_ts, b.commit_ts), b)
         finally:
             client.close()
     return sorted(merged.values(), key=lambda b: b.commit_ts)

@@ -29,6 +29,8 @@ class MySQLDSN:
     user: str = "root"
     password: str = ""
     database: str | None = None
+    ssl_ca: str | None = None
+    """A CA file: connect with TLS, verifying the server's certificate and name (a TLS-only server)."""
 
     @classmethod
     def parse(cls, dsn: str) -> MySQLDSN:
@@ -54,6 +56,9 @@ class MySQLDSN:
             database=database or self.database,
             autocommit=True,
             connect_timeout=3,
+            ssl_ca=self.ssl_ca,
+            ssl_verify_cert=True if self.ssl_ca else None,
+            ssl_verify_identity=True if self.ssl_ca else None,
         )
 
     def with_database(self, name: str) -> MySQLDSN:
@@ -70,13 +75,26 @@ def _reachable(dsn: MySQLDSN) -> str | None:
     return None
 
 
-class PrivateMariaDB:
-    """A throw-away mariadbd in a temp dir (used when no server is reachable)."""
+@dataclass(frozen=True)
+class ServerTLS:
+    """The files of a TLS-only server: its CA, certificate and key (PEM)."""
 
-    def __init__(self) -> None:
+    ca: Path
+    cert: Path
+    key: Path
+
+
+class PrivateMariaDB:
+    """A throw-away mariadbd in a temp dir (used when no server is reachable, and by TLS tests).
+
+    With `tls`, the server has that certificate and `require_secure_transport=ON`: a client without
+    TLS is refused, and the DSN `start()` returns carries the CA (its own checks connect with TLS)."""
+
+    def __init__(self, tls: ServerTLS | None = None) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="binlog-mariadb-"))
         self.port = free_port()
         self.process: ManagedProcess | None = None
+        self.tls = tls
 
     def start(self) -> MySQLDSN:
         installer = shutil.which("mariadb-install-db") or shutil.which("mysql_install_db")
@@ -85,7 +103,15 @@ class PrivateMariaDB:
             raise RuntimeError("mariadbd is not installed")
         data = self.dir / "data"
         subprocess.run(
-            [installer, f"--datadir={data}", "--auth-root-authentication-method=normal", "--skip-test-db"],
+            # --no-defaults: the system my.cnf (user=mysql, its log file) must not apply to a temp dir
+            [
+                installer,
+                "--no-defaults",
+                "--user=root",
+                f"--datadir={data}",
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+            ],
             check=True,
             capture_output=True,
         )
@@ -99,9 +125,16 @@ class PrivateMariaDB:
             "--skip-grant-tables=0",
             "--user=root",
         ]
+        if self.tls is not None:
+            argv += [
+                f"--ssl-ca={self.tls.ca}",
+                f"--ssl-cert={self.tls.cert}",
+                f"--ssl-key={self.tls.key}",
+                "--require-secure-transport=ON",
+            ]
         self.process = ManagedProcess("mariadbd", argv, self.dir / "mariadbd.log")
         self.process.start()
-        dsn = MySQLDSN(port=self.port)
+        dsn = MySQLDSN(port=self.port, ssl_ca=str(self.tls.ca) if self.tls is not None else None)
         self.process.wait_ready(lambda: _reachable(dsn) is None, 60)
         return dsn
 

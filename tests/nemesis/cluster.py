@@ -19,8 +19,8 @@ from typing import Any
 import pymysql
 
 from tests.harness.mysql import MySQLDSN
+from tests.harness.tcpproxy import TcpProxy
 from tests.nemesis.hosts import Host, Network
-from tests.nemesis.proxy import TcpProxy
 from tools.localcluster import DrainerProcess, EtcdProcess, PDProcess, PumpProcess
 from tools.procs import ManagedProcess
 
@@ -34,7 +34,6 @@ PUMP_ARGS = [
 ]  # fmt: skip
 DRAINER_ARGS = [
     "--detect-interval", "1",
-    "--syncer.safe-mode-duration", "0s",
     "--initial-commit-ts", "0",
     "--pump-stall-report-after", "3s",
 ]  # fmt: skip

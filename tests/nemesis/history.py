@@ -2,7 +2,10 @@
 
 A record (:class:`Record`) says what the writer *saw*: ``ok`` only when ``commit()`` returned, ``fail``
 only when the writer's exception semantics say nothing was committed, ``unknown`` for anything else.
-The checker reads the file back with :func:`read_history` and trusts nothing else the system reports.
+Right before ``commit()`` the writer appends a ``pending`` record of the attempt: a writer killed inside
+``commit()`` leaves it without its outcome, and :func:`read_history` reports such an attempt ``unknown``
+(it may have committed).  The checker reads the file back with :func:`read_history` and trusts nothing
+else the system reports.
 """
 
 from __future__ import annotations
@@ -12,11 +15,13 @@ import os
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final, TextIO
 
 OUTCOMES: Final = ("ok", "fail", "unknown")
+PENDING: Final = "pending"
+"""The outcome of the line written right before ``commit()`` (never returned by read_history)."""
 KINDS: Final = ("transfer", "insert")
 FSYNC_INTERVAL: Final = 1.0
 """Seconds between two fsyncs of the history file while it is written."""
@@ -56,7 +61,7 @@ class Record:
     @staticmethod
     def from_json(line: str) -> Record:
         d = json.loads(line)
-        if d["outcome"] not in OUTCOMES or d["kind"] not in KINDS:
+        if (d["outcome"] not in OUTCOMES and d["outcome"] != PENDING) or d["kind"] not in KINDS:
             raise ValueError(f"not a history record: {line!r}")
         return Record(
             thread=int(d["thread"]),
@@ -110,15 +115,26 @@ class HistoryWriter:
 
 
 def read_history(path: str | Path) -> Iterator[Record]:
-    """The records of a history file in order; a torn last line (the writer was killed) is skipped."""
+    """The outcomes of a history file in order; a torn last line (the writer was killed) is skipped.
+
+    A ``pending`` record is dropped once its attempt's outcome follows; one whose outcome never came (the
+    writer was killed inside ``commit()``) is reported ``unknown`` at the end."""
     with open(path, encoding="utf-8") as f:
         lines = f.read().split("\n")
+    pending: dict[tuple[int, int | None], Record] = {}
     for n, line in enumerate(lines):
         if not line.strip():
             continue
         try:
-            yield Record.from_json(line)
+            rec = Record.from_json(line)
         except (ValueError, KeyError):
             if n == len(lines) - 1:
-                return  # an unterminated last line
+                break  # an unterminated last line
             raise
+        if rec.outcome == PENDING:
+            pending[(rec.thread, rec.start_ts)] = rec
+            continue
+        pending.pop((rec.thread, rec.start_ts), None)
+        yield rec
+    for rec in pending.values():
+        yield replace(rec, outcome="unknown", error="the writer was killed inside commit()")

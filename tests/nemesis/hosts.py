@@ -33,7 +33,7 @@ import types
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from tests.nemesis.proxy import TcpProxy
+from tests.harness.tcpproxy import TcpProxy
 from tools.procs import ManagedProcess, free_port
 
 log = logging.getLogger(__name__)

@@ -21,8 +21,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal, Protocol
 
+from tests.harness.tcpproxy import TcpProxy
 from tests.nemesis.hosts import NS_IFACE, Host, NemesisError
-from tests.nemesis.proxy import TcpProxy
 from tools.procs import ManagedProcess
 
 _ids = itertools.count(1)
@@ -324,7 +324,12 @@ def faketime_prefix(offset_s: float) -> list[str]:
     clock stays true (`FAKETIME_DONT_FAKE_MONOTONIC=1`): faked too, CPython hands faked deadlines to
     the real `sem_clockwait` and every timed wait of a process an hour ahead lasts an hour more.  With
     it true, libfaketime 0.9.10's `clock_nanosleep` fails, so `tests/nemesis/skew/sitecustomize.py`
-    makes `time.sleep` wait on a lock instead.  (libfaketime does not reach etcd, a Go binary.)"""
+    makes `time.sleep` wait on a lock instead.  (libfaketime does not reach etcd, a Go binary.)
+
+    Only clocks *behind* are scheduled: with libfaketime 0.9.10 a process whose clock is ahead can
+    stop dead in grpc's C core (py-spy: the asyncio gRPC loop thread in libfaketime's
+    pthread_cond_timedwait wrapper, holding the GIL, so not even SIGTERM is handled) for about the
+    offset, an artefact of the faked clock disagreeing with what grpc's waits use, not of the host."""
     lib = next(
         (Path(d) / "libfaketimeMT.so.1" for d in _LIBFAKETIME_DIRS if (Path(d) / "libfaketimeMT.so.1").exists()), None
     )

@@ -50,7 +50,7 @@ from tests.nemesis.nemesis import (
 from tests.nemesis.schedule import KINDS, Step, make_schedule
 from tests.nemesis.streams import cluster_id_from_etcd, pull_streams
 from tests.nemesis.workload import INITIAL_BALANCE
-from tools.procs import python_module_argv, wait_for
+from tools.procs import ManagedProcess, ProcessError, python_module_argv, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 WRITER_THREADS = 4
@@ -77,13 +77,15 @@ class Outcome:
 
 
 def say(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
+    print(f"{time.strftime('%H:%M:%S')} {text}", file=sys.stderr, flush=True)
 
 
-def build(c: NemesisCluster, step: Step) -> Fault:
+def build(c: NemesisCluster, step: Step, writer: WriterRun | None = None) -> Fault:
     """The nemesis object of one schedule step, on this cluster's hosts and processes."""
     hosts = c.hosts
     procs = c.processes()
+    if writer is not None:
+        procs["writer"] = writer.process
     if step.kind == "partition":
         node = hosts[step.target]
         if step.peer == "*":
@@ -103,6 +105,9 @@ def build(c: NemesisCluster, step: Step) -> Fault:
     if step.kind == "freeze":
         return Freeze(procs[step.target], step.hold)
     if step.kind == "crash":
+        if step.target == "writer":
+            assert writer is not None
+            return Crash(writer.restart, writer.process)
         return Crash(restarter(c, step.target), procs[step.target])
     if step.kind == "disk":
         return DiskFull(c.base / step.target)
@@ -111,19 +116,64 @@ def build(c: NemesisCluster, step: Step) -> Fault:
     raise ValueError(f"unknown fault kind {step.kind!r}")
 
 
+RESTART_DEADLINE = 300.0
+"""A node that does not come back within this long of its restart fails the run (as an error, not a
+violation): while another fault still holds (etcd frozen, a partition) a start can fail and is tried again."""
+
+
+def persistently(name: str, start: Callable[[], None], stop: Callable[[], object]) -> None:
+    """`start()` until it returns; after each failure `stop()` (whatever half-started is killed) and try
+    again, for up to RESTART_DEADLINE."""
+    deadline = time.monotonic() + RESTART_DEADLINE
+    tries = 0
+    while True:
+        tries += 1
+        try:
+            start()
+            if tries > 1:
+                say(f"  {name} restarted on try {tries}")
+            return
+        except (ProcessError, TimeoutError, OSError) as exc:
+            first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            if time.monotonic() >= deadline:
+                raise ProcessError(f"{name} did not come back within {RESTART_DEADLINE:.0f}s: {first_line}") from exc
+            say(f"  {name} did not start (try {tries}): {first_line}; trying again")
+            with contextlib.suppress(Exception):
+                stop()
+
+
+@dataclass
+class WriterRun:
+    """The writer's process; a restart after a kill -9 runs the next generation for the time that is left."""
+
+    process: ManagedProcess
+    deadline: float
+    """time.monotonic() after which the writer stops by itself (a bound: the run stops it after the schedule)."""
+    generation: int = 0
+
+    def restart(self) -> None:
+        self.generation += 1
+        left = max(1.0, self.deadline - time.monotonic())
+        argv = self.process.argv
+        argv[argv.index("--duration") + 1] = f"{left:.0f}"
+        argv[argv.index("--generation") + 1] = str(self.generation)
+        persistently("writer", self.process.start, self.process.stop)
+        say(f"  writer restarted: generation {self.generation}, {left:.0f}s left")
+
+
 def restarter(c: NemesisCluster, name: str) -> Callable[[], None]:
-    """Start `name` again after a kill -9 (waits until it serves)."""
+    """Start `name` again after a kill -9 (waits until it serves, retrying a start that fails)."""
+    node: Any
     if name == "etcd":
-        assert c.etcd is not None
-        return c.etcd.start
-    if name == "pd":
-        assert c.pd is not None
-        return c.pd.start
-    if name == "drainer":
-        assert c.drainer is not None
-        return c.drainer.start
-    pump = next(p for p in c.pumps if p.name == name)
-    return pump.start
+        node = c.etcd
+    elif name == "pd":
+        node = c.pd
+    elif name == "drainer":
+        node = c.drainer
+    else:
+        node = next(p for p in c.pumps if p.name == name)
+    assert node is not None
+    return lambda: persistently(name, node.start, node.stop)
 
 
 def prefix_restarter(c: NemesisCluster, name: str) -> Callable[[list[str]], None]:
@@ -135,7 +185,7 @@ def prefix_restarter(c: NemesisCluster, name: str) -> Callable[[list[str]], None
     def restart(extra: list[str]) -> None:
         node.stop()
         node.set_prefix([*base_prefix, *extra])
-        node.start()
+        persistently(name, node.start, node.stop)
 
     return restart
 
@@ -165,6 +215,7 @@ def run(base: Path, mysql: MySQLDSN, seed: int, schedule: list[Step]) -> Outcome
     """One run on `base`; the cluster is torn down before this returns (also after a failure)."""
     outcome = Outcome(seed, schedule)
     budget = sum(s.hold + s.recover for s in schedule) + 10.0
+    writing = 4 * budget + 600.0  # the writer writes until the schedule is over (restarts make it run long)
     history_path = base / "history.jsonl"
     with nemesis_cluster(base, mysql) as c:
         assert c.etcd is not None
@@ -176,13 +227,14 @@ def run(base: Path, mysql: MySQLDSN, seed: int, schedule: list[Step]) -> Outcome
             "--db", c.database,
             "--history", str(history_path),
             "--threads", str(WRITER_THREADS),
-            "--duration", f"{budget:.0f}",
+            "--duration", f"{writing:.0f}",
             "--seed", str(seed),
             "--accounts", str(ACCOUNTS),
+            "--generation", "0",
         )  # fmt: skip
-        writer = c.writer_process(argv)
-        writer.env["PYTHONPATH"] = str(ROOT)
-        writer.start()
+        writer = WriterRun(c.writer_process(argv), time.monotonic() + writing)
+        writer.process.env["PYTHONPATH"] = str(ROOT)
+        writer.process.start()
         sampler = checker.CheckpointSampler(
             mysql, cluster_id, f"{c.database}.inserts", checkpoint_table=f"{c.checkpoint_schema}.checkpoint"
         )
@@ -190,7 +242,7 @@ def run(base: Path, mysql: MySQLDSN, seed: int, schedule: list[Step]) -> Outcome
         heals: list[tuple[str, float]] = []
         try:
             for i, step in enumerate(schedule, 1):
-                fault = build(c, step)
+                fault = build(c, step, writer)
                 say(f"[{i}/{len(schedule)}] {step.describe()}")
                 fault.start()
                 try:
@@ -200,7 +252,8 @@ def run(base: Path, mysql: MySQLDSN, seed: int, schedule: list[Step]) -> Outcome
                 heals.append((step.kind, time.time()))
                 outcome.faults[step.kind] = outcome.faults.get(step.kind, 0) + 1
                 time.sleep(step.recover)  # scheduled peace before the next fault
-            wait_for(lambda: not writer.alive, WRITER_EXIT_TIMEOUT + budget, "the writer to finish its run")
+            say("schedule done; stopping the writer")
+            writer.process.stop(WRITER_EXIT_TIMEOUT)  # SIGTERM: it finishes the attempts in progress
             upto = fresh_ts(c)
             say(f"healed; waiting for the drainer's checkpoint to pass {upto}")
             wait_for(lambda: read_checkpoint(c, cluster_id) >= upto, CATCH_UP_TIMEOUT, f"the checkpoint to pass {upto}")

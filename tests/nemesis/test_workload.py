@@ -133,3 +133,40 @@ def test_run_until_duration(tmp_path: Path) -> None:
     assert len(recs) == counts["ok"] + counts["fail"]
     assert counts["ok"] > 0
     assert counts["fail"] > 0
+
+
+def test_a_writer_killed_inside_commit_leaves_its_attempt_unknown(tmp_path: Path) -> None:
+    """The pending line written before commit() outlives a kill -9 inside commit(): read back, that attempt is
+    unknown (it may have committed); attempts whose outcome was written are reported as written."""
+
+    class Killed(BaseException):
+        """Stands for the kill: nothing after it runs in the writer."""
+
+    def killed(start_ts: int) -> int:
+        raise Killed
+
+    path = tmp_path / "h.jsonl"
+    with HistoryWriter(path) as h:
+        w = workload.Worker(FakeDB([ok, killed]), h, dbname="d", thread=0, seed=1, accounts=4)  # type: ignore[arg-type]
+        first = w.insert()
+        h.append(first)
+        with pytest.raises(Killed):
+            w.insert()
+    raw = path.read_text().splitlines()
+    assert [line.count('"outcome":"pending"') for line in raw] == [1, 0, 1]
+    recs = list(read_history(path))
+    assert [(r.start_ts, r.outcome) for r in recs] == [(1, "ok"), (2, "unknown")]
+    assert recs[1].error == "the writer was killed inside commit()"
+    assert recs[1].insert_id == workload.insert_id(1, 0, 2)
+
+
+def test_a_restarted_generation_numbers_its_threads_after_the_earlier_ones(tmp_path: Path) -> None:
+    path = tmp_path / "h.jsonl"
+    with HistoryWriter(path) as h:
+        workload.run(FakeDB([ok]), h, dbname="d", threads=2, duration=0.2, seed=1, accounts=4)  # type: ignore[arg-type]
+        workload.run(FakeDB([ok]), h, dbname="d", threads=2, duration=0.2, seed=1, accounts=4, generation=1)  # type: ignore[arg-type]
+    recs = list(read_history(path))
+    assert {r.thread for r in recs} == {0, 1, 2, 3}
+    ids = [r.insert_id for r in recs if r.insert_id is not None]
+    assert ids
+    assert len(ids) == len(set(ids))  # no insert id used twice across the generations

@@ -1,11 +1,17 @@
 """The nemesis workload: bank transfers and unique inserts from several threads, every attempt in a history.
 
     python -m tests.nemesis.workload --etcd URL --store DSN --history FILE --threads N --duration S --seed K
+        [--generation G]
 
 Tables (created when missing, in logical database ``--db``, default ``nemesis``):
 ``accounts (id BIGINT PRIMARY KEY, balance DECIMAL(20,2))`` with ``--accounts`` rows of 1000.00, and
 ``inserts (id BIGINT PRIMARY KEY, thread BIGINT)``.  Each thread picks, per attempt, a transfer between two
 random accounts (the total never changes) or an insert of an id unique to (seed, thread, counter).
+
+A writer killed with kill -9 is started again with the next ``--generation``: its threads are numbered
+from ``generation x threads`` on, so its insert ids and random choices differ from the earlier run's, and
+it appends to the same history (the ``pending`` line each attempt writes before ``commit()`` makes an
+attempt the kill cut short ``unknown``).
 
 Each attempt is run once (no retry inside an attempt) and recorded (tests.nemesis.history).  How the
 writer's exceptions are classified (upstream/commit.py): an error before ``commit()`` is called sent
@@ -39,7 +45,7 @@ from typing import Any, Final
 
 from common.errors import BinlogError
 from common.txnstatus import TxnStatusConflictError
-from tests.nemesis.history import HistoryWriter, Record
+from tests.nemesis.history import PENDING, HistoryWriter, Record
 from upstream import Database
 from upstream.ddl import Column
 from upstream.errors import (
@@ -195,6 +201,9 @@ class Worker:
         except Exception as exc:  # before commit(): nothing was sent
             txn.rollback()
             return Record(self.thread, kind, start_ts, "fail", None, rows, describe(exc), time.time())
+        with self._lock:
+            if not self._abandoned:  # an abandoned attempt's record (unknown) is written already
+                self.history.append(Record(self.thread, kind, start_ts, PENDING, None, rows, None, time.time()))
         try:
             commit_ts = txn.commit()
         except Exception as exc:
@@ -237,12 +246,17 @@ def run(
     seed: int,
     accounts: int,
     stop: threading.Event | None = None,
+    generation: int = 0,
 ) -> tuple[Counter[str], int]:
     """Run the threads for `duration` seconds (or until `stop` is set); the counts per outcome and the number
-    of threads abandoned (stuck EXIT_GRACE seconds past the end)."""
+    of threads abandoned (stuck EXIT_GRACE seconds past the end).  Threads are numbered from
+    `generation` x `threads` on."""
     stop = stop or threading.Event()
     deadline = time.monotonic() + duration
-    workers = [Worker(db, history, dbname=dbname, thread=i, seed=seed, accounts=accounts) for i in range(threads)]
+    first = generation * threads
+    workers = [
+        Worker(db, history, dbname=dbname, thread=first + i, seed=seed, accounts=accounts) for i in range(threads)
+    ]
     running = [
         threading.Thread(target=w.run, args=(deadline, stop), name=f"nemesis-{w.thread}", daemon=True) for w in workers
     ]
@@ -274,9 +288,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--accounts", type=int, default=10)
     p.add_argument("--db", default=DEFAULT_DB, help="logical database of the tables")
+    p.add_argument("--generation", type=int, default=0, help="how many runs of this writer came before")
     args = p.parse_args(argv)
-    if args.accounts < 2 or args.threads < 1 or args.threads >= 1000:
-        p.error("need --accounts >= 2 and 1 <= --threads < 1000")
+    if args.accounts < 2 or args.threads < 1 or args.generation < 0 or (args.generation + 1) * args.threads > 1000:
+        p.error("need --accounts >= 2, --threads >= 1, --generation >= 0 and (generation + 1) x threads <= 1000")
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -293,6 +308,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 seed=args.seed,
                 accounts=args.accounts,
                 stop=stop,
+                generation=args.generation,
             )
         total = INITIAL_BALANCE * args.accounts
         print(

@@ -166,7 +166,10 @@ def test_main_bad_input_exits_2_with_one_line(capsys: pytest.CaptureFixture[str]
 
 def test_main_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert binlogctl.main(["-V"]) == 0
-    assert capsys.readouterr().out.startswith("binlogctl (tidb-binlog-py) ")
+    out = capsys.readouterr().out
+    assert out.startswith("Release Version: ")
+    assert "\nGit Commit Hash: " in out
+    assert "\nBuild TS: " in out
 
 
 def test_main_encrypt_prints_text_the_drainer_can_decrypt(

@@ -116,6 +116,12 @@ class TableRule:
 
 
 @dataclass(frozen=True)
+class FilterRule:
+    ignore_event: tuple[str, ...] = ()
+    ignore_sql: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class CheckpointConfig:
     schema: str = "tidb_binlog"
     table: str = "checkpoint"
@@ -139,6 +145,7 @@ class SyncerConfig:
     ignore_schemas: tuple[str, ...] = ("INFORMATION_SCHEMA", "PERFORMANCE_SCHEMA", "mysql")
     ignore_txn_commit_ts: tuple[int, ...] = ()
     replicate_do_table: tuple[TableRule, ...] = ()
+    binlog_filter_rule: dict[str, FilterRule] = field(default_factory=dict)
     to: ToConfig = field(default_factory=ToConfig)
 
     def validate(self) -> None:
@@ -1296,3 +1303,34 @@ class HookOnATable:
 def test_bad_hooks_are_type_errors(cls: type, message: str) -> None:
     with pytest.raises(TypeError, match=message):
         load(cls, env={}, env_prefix="X")
+
+
+# ================================================================== named tables (dict[str, Section])
+
+
+def test_named_tables_load_from_the_file_and_programmatic_flags(tmp_path: Path) -> None:
+    file = write(tmp_path, "[syncer.binlog-filter-rule.a]\nignore-event = ['insert']\n", "drainer.toml")
+    cfg = load(DrainerConfig, file=file)
+    assert set(cfg.syncer.binlog_filter_rule) == {"a"}
+    assert cfg.syncer.binlog_filter_rule["a"].ignore_event == ("insert",)
+    flagged = load(DrainerConfig, file=file, flags={"syncer.binlog-filter-rule": {"b": {"ignore-sql": ["^drop"]}}})
+    assert set(flagged.syncer.binlog_filter_rule) == {"b"}  # replaced whole, as an array of tables
+    assert to_dict(flagged)["syncer"]["binlog-filter-rule"] == {"b": {"ignore-event": [], "ignore-sql": ["^drop"]}}
+
+
+def test_named_tables_get_no_flag_and_no_environment_variable() -> None:
+    parser = ArgumentParser(prog="drainer")
+    add_flags(parser, DrainerConfig)
+    with pytest.raises(ConfigError, match=r"unrecognized arguments: --syncer.binlog-filter-rule=x$"):
+        parser.parse_args(["--syncer.binlog-filter-rule=x"])
+    cfg = load(DrainerConfig, env={"DRAINER_SYNCER_BINLOG_FILTER_RULE": "x"}, env_prefix="DRAINER")
+    assert cfg.syncer.binlog_filter_rule == {}
+
+
+def test_bad_named_table_names_its_key(tmp_path: Path) -> None:
+    file = write(tmp_path, "[syncer.binlog-filter-rule]\na = 1\n", "drainer.toml")
+    with pytest.raises(ConfigError) as excinfo:
+        load(DrainerConfig, file=file)
+    assert error_of(excinfo) == (
+        f"config file '{file}': invalid value for 'syncer.binlog-filter-rule.a': expected a table, got 1"
+    )

@@ -3,7 +3,9 @@
 - the file validates against the compose specification's JSON schema (shipped by check-jsonschema);
 - every depends_on names a service that has a health check, and the start order has no cycle;
 - every service has a health check; published host ports do not clash and stay on loopback;
-- every config file and named volume it references exists / is declared;
+- the default profile needs no registry: its services run the two images the Dockerfile builds (the
+  project's, and its `mariadb` target); Prometheus and Grafana are in the `monitoring` profile;
+- every config file it bind-mounts (read-only, from deploy/) exists, every named volume is declared;
 - every service on our image runs one of the image's commands (deploy/docker/entrypoint.py) with flags that
   command accepts, loaded through the command's own config loader with the mounted deploy/compose/*.toml;
 - the addresses hang together: nodes advertise their compose names, ports match their configs, pumps and
@@ -41,8 +43,10 @@ from upstream.workload_cli import parse_args as workload_args
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 OUR_IMAGE = "tidb-binlog-py:latest"
+MARIADB_IMAGE = "tidb-binlog-mariadb:latest"
 PUMPS = ("pump1", "pump2", "pump3")
 SERVICES = {"etcd", "pd-server", *PUMPS, "drainer", "writer", "mariadb", "prometheus", "grafana"}
+MONITORING = {"prometheus", "grafana"}
 Service = dict[str, Any]
 
 
@@ -72,11 +76,26 @@ def ours(name: str) -> bool:
     return bool(services()[name].get("image") == OUR_IMAGE)
 
 
+def mounts(service: Service) -> list[tuple[str, str, str]]:
+    """(source, target, mode) of a service's short-syntax volumes; mode is "" or e.g. "ro"."""
+    out = []
+    for spec in service.get("volumes", []):
+        source, target, *mode = str(spec).split(":")
+        assert len(mode) <= 1, f"{spec!r}: SOURCE:TARGET[:MODE]"
+        out.append((source, target, mode[0] if mode else ""))
+    return out
+
+
+def named_volumes(service: Service) -> dict[str, str]:
+    """target -> named volume of a service."""
+    return {target: source for source, target, _ in mounts(service) if not source.startswith((".", "/"))}
+
+
 def mounted_config(service: Service, target: str) -> Path:
-    """The repo file a service sees at `target` through a top-level `configs:` entry."""
-    for entry in service.get("configs", []):
-        if entry["target"] == target:
-            return ROOT / str(compose()["configs"][entry["source"]]["file"])
+    """The repo file a service sees at `target` through a read-only bind mount."""
+    for source, mounted_at, _ in mounts(service):
+        if mounted_at == target and source.startswith("./"):
+            return ROOT / source
     raise AssertionError(f"nothing is mounted at {target}")
 
 
@@ -147,10 +166,47 @@ def test_the_schema_check_catches_a_misspelt_key(tmp_path: Path) -> None:
 def test_the_cluster_has_every_service() -> None:
     assert set(services()) == SERVICES
     assert {name for name in SERVICES if ours(name)} == {"etcd", "pd-server", *PUMPS, "drainer", "writer"}
-    for name in SERVICES - {"etcd", "pd-server", *PUMPS, "drainer", "writer"}:
+    for name in MONITORING:
         image = services()[name]["image"]
         assert re.fullmatch(r"[\w./-]+:[\w.-]+", image), f"{name}: {image} has no tag"
         assert not image.endswith(":latest"), f"{name}: pin a version, not {image}"
+
+
+def dockerfile_stages() -> set[str]:
+    return set(re.findall(r"^FROM \S+ AS (\w+)$", (ROOT / "Dockerfile").read_text(), flags=re.MULTILINE))
+
+
+def test_the_default_profile_runs_only_images_built_here() -> None:
+    """A plain `up` pulls nothing: Prometheus and Grafana (registry images) are behind --profile monitoring."""
+    for name, service in services().items():
+        if name in MONITORING:
+            assert service["profiles"] == ["monitoring"]
+            assert "build" not in service
+            continue
+        assert "profiles" not in service, f"{name} must start with a plain `up`"
+        build = service["build"]
+        assert (build["context"], build["dockerfile"]) == (".", "Dockerfile")
+        assert build["target"] in dockerfile_stages()
+        expected = {OUR_IMAGE: "runtime", MARIADB_IMAGE: "mariadb"}
+        assert build["target"] == expected[service["image"]], f"{name}: {service['image']} from {build['target']}"
+    # nothing the default profile starts waits for a service it does not start
+    for name, service in services().items():
+        if name not in MONITORING:
+            assert not set(service.get("depends_on", {})) & MONITORING
+    assert "monitoring" in COMPOSE_FILE.read_text().split("\nname:")[0], "the header tells about the profile"
+
+
+def test_mariadb_is_the_dockerfile_target_with_its_own_health_check() -> None:
+    mariadb = services()["mariadb"]
+    assert mariadb["image"] == MARIADB_IMAGE
+    assert mariadb["healthcheck"]["test"] == ["CMD", "mariadb-healthcheck"]
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "COPY deploy/docker/mariadb-healthcheck.sh /usr/local/bin/mariadb-healthcheck" in dockerfile
+    assert "MARIADB_ROOT_PASSWORD" in mariadb["environment"]
+    password = mariadb["environment"]["MARIADB_ROOT_PASSWORD"]
+    assert services()["drainer"]["environment"]["DRAINER_SYNCER_TO_PASSWORD"] == password
+    assert named_volumes(mariadb) == {"/var/lib/mysql": "mariadb-data"}
+    assert "127.0.0.1:13306:3306" in mariadb["ports"]
 
 
 def test_depends_on_names_services_with_health_checks_and_has_no_cycle() -> None:
@@ -193,24 +249,22 @@ def test_published_ports_do_not_clash_and_stay_on_loopback() -> None:
 
 
 def test_config_files_exist_and_every_mount_is_declared() -> None:
-    top_configs = compose()["configs"]
-    for key, entry in top_configs.items():
-        assert (ROOT / entry["file"]).is_file(), f"config {key}: {entry['file']} is missing"
     declared_volumes = set(compose()["volumes"])
     used_volumes: set[str] = set()
-    used_configs: set[str] = set()
+    assert "configs" not in compose(), "podman-compose ignores configs: bind-mount the files read-only"
     for name, service in services().items():
-        for entry in service.get("configs", []):
-            assert entry["source"] in top_configs, f"{name}: config {entry['source']!r} is not declared"
-            used_configs.add(entry["source"])
-        for spec in service.get("volumes", []):
-            source, _, target = spec.partition(":")
-            assert target.startswith("/"), f"{name}: {spec!r}"
-            assert not source.startswith((".", "/")), f"{name}: use a named volume or configs:, not {source!r}"
-            assert source in declared_volumes, f"{name}: volume {source!r} is not declared"
-            used_volumes.add(source)
+        assert "configs" not in service, name
+        for source, target, mode in mounts(service):
+            assert target.startswith("/"), f"{name}: {target!r}"
+            if source.startswith((".", "/")):
+                assert source.startswith("./deploy/"), f"{name}: mount files from deploy/, not {source!r}"
+                assert (ROOT / source).is_file(), f"{name}: {source} is missing"
+                assert mode == "ro", f"{name}: mount {source} read-only"
+            else:
+                assert source in declared_volumes, f"{name}: volume {source!r} is not declared"
+                assert mode == "", f"{name}: {source}:{target}:{mode}"
+                used_volumes.add(source)
     assert used_volumes == declared_volumes
-    assert used_configs == set(top_configs)
 
 
 # ------------------------------------------------------------------------------ commands and flags
@@ -264,7 +318,7 @@ def test_etcd_flags_are_etcd_flags() -> None:
     known = set(re.findall(r"--[a-z][a-z0-9-]+", help_text.stdout + help_text.stderr))
     used = {arg.split("=", 1)[0] for arg in services()["etcd"]["command"][1:]}
     assert used <= known, f"unknown etcd flags: {used - known}"
-    assert "/var/lib/tidb-binlog/etcd" in {t.partition(":")[2] for t in services()["etcd"]["volumes"]}
+    assert "/var/lib/tidb-binlog/etcd" in named_volumes(services()["etcd"])
 
 
 def test_health_checks_probe_the_ports_the_services_listen_on() -> None:
@@ -295,7 +349,7 @@ def test_node_data_lives_in_its_own_named_volume() -> None:
     owners: dict[str, str] = {}
     for name in [*PUMPS, "drainer"]:
         data_dir = str(pump_config(name).data_dir if name in PUMPS else drainer_config().data_dir)
-        volumes = dict(reversed(spec.split(":", 1)) for spec in services()[name]["volumes"])
+        volumes = named_volumes(services()[name])
         assert data_dir in volumes, f"{name}: data-dir {data_dir} is not on a volume"
         assert volumes[data_dir] not in owners, (
             f"{name} shares {volumes[data_dir]} with {owners.get(volumes[data_dir])}"
@@ -306,12 +360,12 @@ def test_node_data_lives_in_its_own_named_volume() -> None:
 def test_pumps_read_the_txn_status_of_the_store_the_writer_writes() -> None:
     args, _ = workload_args(services()["writer"]["command"][1:])
     store = args.store
-    writer_volumes = {spec.split(":", 1)[1]: spec.split(":", 1)[0] for spec in services()["writer"]["volumes"]}
+    writer_volumes = named_volumes(services()["writer"])
     for name in PUMPS:
         dsn = pump_config(name).upstream.txn_status_dsn
         assert dsn == store
         path = dsn.removeprefix("sqlite://")
-        pump_volumes = {spec.split(":", 1)[1]: spec.split(":", 1)[0] for spec in services()[name]["volumes"]}
+        pump_volumes = named_volumes(services()[name])
         shared = {target for target in pump_volumes if path.startswith(target + "/")}
         assert shared, f"{name}: {path} is on no volume"
         assert all(writer_volumes.get(t) == pump_volumes[t] for t in shared)

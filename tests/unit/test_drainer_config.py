@@ -9,6 +9,7 @@ import pytest
 from common.config import dump
 from common.encrypt import encrypt
 from common.errors import ConfigError
+from drainer import main as drainer_main
 from drainer.config import DrainerConfig, EventFilterRule, TableName, load_config, parse_args
 
 DEPLOY_SAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "drainer.toml"
@@ -39,6 +40,9 @@ def test_defaults() -> None:
     assert (to.host, to.user, to.password, to.port) == ("localhost", "root", "", 3306)
     assert (to.sync_mode, to.read_timeout, to.params, to.merge) == (1, 60.0, {}, False)
     assert (to.dir, to.retention_time, to.path) == ("", 0, "")
+    assert (to.kafka_addrs, to.zookeeper_addrs, to.kafka_version) == ("127.0.0.1:9092", "", "0.8.2.0")
+    assert (to.kafka_max_messages, to.kafka_max_message_size, to.kafka_client_id) == (1024, 1 << 30, "tidb_binlog")
+    assert (to.topic_name, to.protocol, to.kafka_ack_timeout) == ("", "secondary-binlog", 300.0)
     assert (cfg.file_dir, cfg.sqlite_path) == (Path("data.drainer"), Path("data.drainer/downstream.db"))
     cp = to.checkpoint
     assert (cp.type, cp.schema, cp.table, cp.host, cp.user, cp.password, cp.port) == (
@@ -200,7 +204,14 @@ def test_unknown_key_names_it(tmp_path: Path) -> None:
         ('detect-interval = "0s"\n', r"'detect-interval': must be > 0"),
         ("pump-stall-report-after = 0\n", r"'pump-stall-report-after': must be > 0"),
         ('pump-stall-report-after = "-1s"\n', r"'pump-stall-report-after'"),
+        ("pull-idle-timeout = 0\n", r"'pull-idle-timeout': must be > 0"),
         ('pd-urls = "ftp://x"\n', r"pd-urls"),
+        ('[syncer.to]\nkafka-addrs = ""\n', r"'syncer.to.kafka-addrs': expected comma-separated host:port"),
+        ('[syncer.to]\nkafka-addrs = "a:1,b"\n', r"'syncer.to.kafka-addrs': .*got 'b'"),
+        ('[syncer.to]\nkafka-ack-timeout = "0s"\n', r"'syncer.to.kafka-ack-timeout': must be > 0"),
+        ("[syncer.to]\nkafka-max-messages = 0\n", r"'syncer.to.kafka-max-messages'"),
+        ("[syncer.to]\nkafka-max-message-size = 0\n", r"'syncer.to.kafka-max-message-size': must be > 0"),
+        ('[syncer.to]\nprotocol = "avro"\n', r"'syncer.to.protocol': expected one of"),
     ],
 )
 def test_bad_values_name_the_key(tmp_path: Path, text: str, message: str) -> None:
@@ -240,7 +251,63 @@ def test_ignored_keys_are_accepted_and_listed(tmp_path: Path) -> None:
     assert warnings[0] == (
         "config key 'metrics-addr' is ignored (Prometheus push is not supported: scrape /metrics on status-addr)"
     )
-    assert "config key 'syncer.to.kafka-addrs' is ignored (kafka is not supported)" in warnings
+    assert "config key 'syncer.to.kafka-addrs' is ignored (only db-type kafka reads it)" in warnings
+    assert "config key 'syncer.to.topic-name' is ignored (only db-type kafka reads it)" in warnings
+
+
+def test_kafka_keys(tmp_path: Path) -> None:
+    file = toml(
+        tmp_path,
+        '[syncer]\ndb-type = "kafka"\n[syncer.to]\nkafka-addrs = "k1:9092, k2:9093"\nkafka-version = "2.1.0"\n'
+        'kafka-max-messages = 64\nkafka-max-message-size = "64MiB"\nkafka-client-id = "me"\ntopic-name = "t"\n'
+        'protocol = "canal-json"\nkafka-ack-timeout = "20s"\nzookeeper-addrs = "zk:2181"\n',
+    )
+    cfg = load_config(file, env={"KAFKA_ADDRS": "env:1"})
+    cfg.check_supported()
+    to = cfg.syncer.to
+    assert (to.kafka_addrs, to.kafka_version, to.kafka_max_messages) == ("k1:9092, k2:9093", "2.1.0", 64)
+    assert (to.kafka_max_message_size, to.kafka_client_id, to.topic_name) == (64 << 20, "me", "t")
+    assert (to.protocol, to.kafka_ack_timeout) == ("canal-json", 20.0)
+    assert cfg.ignored_keys() == [
+        "config key 'syncer.to.zookeeper-addrs' is ignored (ZooKeeper is not read; the brokers are "
+        "kafka-addrs = k1:9092, k2:9093)"
+    ]
+
+
+def test_kafka_addrs_from_the_environment_when_unset() -> None:
+    flags = {"syncer.db-type": "kafka"}
+    assert load_config(flags=flags, env={"KAFKA_ADDRS": "k9:9092,k8:9092"}).syncer.to.kafka_addrs == "k9:9092,k8:9092"
+    assert load_config(flags=flags, env={}).syncer.to.kafka_addrs == "127.0.0.1:9092"
+    both = {"syncer.db-type": "kafka", "syncer.to.kafka-addrs": "flag:1"}
+    assert load_config(flags=both, env={"KAFKA_ADDRS": "env:1"}).syncer.to.kafka_addrs == "flag:1"
+    with pytest.raises(ConfigError, match=r"KAFKA_ADDRS: invalid value for 'syncer.to.kafka-addrs': expected"):
+        load_config(flags=flags, env={"KAFKA_ADDRS": "nohost"})
+
+
+@pytest.mark.parametrize("version", ["0.8.2.0", "0.10.2.1", "0.11.0.2", "1.0.0", "2.1.0", "3.7.0", "4.0.0"])
+def test_kafka_versions_accepted(version: str) -> None:
+    load_config(flags={"syncer.to.kafka-version": version}, env={})
+
+
+@pytest.mark.parametrize(
+    ("version", "why"),
+    [
+        ("2.1", "expected a Kafka version"),
+        ("v2.1.0", "expected a Kafka version"),
+        ("0.8.2", "expected a Kafka version"),
+        ("2.1.0.0", "expected a Kafka version"),
+        ("latest", "expected a Kafka version"),
+        ("0.8.1.1", "unknown Kafka version"),
+        ("9.0.0", "unknown Kafka version"),
+    ],
+)
+def test_unknown_kafka_version_is_a_config_error_naming_the_key(version: str, why: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(flags={"syncer.db-type": "kafka", "syncer.to.kafka-version": version}, env={})
+    message = str(info.value)
+    assert "'syncer.to.kafka-version'" in message
+    assert why in message
+    assert '"0.X.Y.Z" before 1.0 (e.g. "0.8.2.0", "0.11.0.2") or "X.Y.Z" from 1.0 on' in message
 
 
 @pytest.mark.parametrize(
@@ -248,7 +315,6 @@ def test_ignored_keys_are_accepted_and_listed(tmp_path: Path) -> None:
     [
         ({"security.ssl-ca": "ca.pem"}, r"\[security\] ssl-ca is set but \[security\] ssl-cert and"),
         ({"security.cert-allowed-cn": "a"}, r"\[security\] cert-allowed-cn is set but \[security\] ssl-ca is not"),
-        ({"syncer.db-type": "kafka"}, r"'syncer.db-type' = 'kafka' is not supported"),
         ({"syncer.db-type": "oracle"}, r"'syncer.db-type' = 'oracle' is not supported"),
         ({"syncer.loopback-control": "true"}, r"'syncer.loopback-control' is not supported yet"),
         ({"syncer.to.checkpoint.type": "oracle"}, r"'syncer.to.checkpoint.type' = 'oracle' is not supported"),
@@ -256,8 +322,6 @@ def test_ignored_keys_are_accepted_and_listed(tmp_path: Path) -> None:
             {"syncer.relay.log-dir": "/relay", "syncer.db-type": "file"},
             r"relay log applies only to db-type mysql, tidb or sqlite, not 'file'",
         ),
-        ({"syncer.to.sync-mode": 2}, r"'syncer.to.sync-mode' = 2 is not supported"),
-        ({"syncer.to.merge": "true"}, r"'syncer.to.merge' = true is not supported"),
     ],
 )
 def test_unsupported_settings_load_but_are_refused(flags: dict[str, object], message: str) -> None:
@@ -266,8 +330,23 @@ def test_unsupported_settings_load_but_are_refused(flags: dict[str, object], mes
         cfg.check_supported()
 
 
+def test_sync_mode_2_and_merge_are_accepted_for_mysql_and_listed_as_ignored_elsewhere() -> None:
+    flags: dict[str, object] = {"syncer.to.sync-mode": 2, "syncer.to.merge": "true"}
+    cfg = load_config(flags=flags, env={})
+    cfg.check_supported()
+    assert (cfg.syncer.to.sync_mode, cfg.syncer.to.merge, cfg.ignored_keys()) == (2, True, [])
+    other = load_config(flags={**flags, "syncer.db-type": "file"}, env={})
+    other.check_supported()
+    assert other.ignored_keys() == [
+        "config key 'syncer.to.sync-mode' is ignored (only db-type mysql and tidb read it)",
+        "config key 'syncer.to.merge' is ignored (only db-type mysql and tidb read it)",
+    ]
+    with pytest.raises(ConfigError, match="sync-mode"):
+        load_config(flags={"syncer.to.sync-mode": 3}, env={})
+
+
 def test_supported_db_types_pass() -> None:
-    for db_type in ("mysql", "tidb", "sqlite", "file", "pb"):
+    for db_type in ("mysql", "tidb", "sqlite", "file", "pb", "kafka"):
         load_config(flags={"syncer.db-type": db_type}, env={}).check_supported()
     for db_type in ("mysql", "tidb", "sqlite"):  # with a relay log
         load_config(flags={"syncer.db-type": db_type, "syncer.relay.log-dir": "/r"}, env={}).check_supported()
@@ -308,3 +387,38 @@ def test_an_encrypted_password_that_does_not_decrypt_fails_at_load() -> None:
         load_config(flags={"syncer.to.encrypted_password": "%%%"}, env={})
     with pytest.raises(ConfigError, match=r"'syncer.to.checkpoint.encrypted_password': encrypted text .*'@'"):
         load_config(flags={"syncer.to.checkpoint.encrypted_password": "YWJj"}, env={})
+
+
+def test_print_config_lists_every_refusal_and_ignored_key(capsys: pytest.CaptureFixture[str]) -> None:
+    """--print-config prints the config, then every reason start-up would refuse it and every ignored key."""
+    argv = [
+        "--print-config",
+        "--syncer.loopback-control",
+        "--syncer.db-type", "kafka",
+        "--syncer.relay.log-dir", "/r",
+        "--syncer.to.zookeeper-addrs", "z:2181",
+        "--syncer.to.security.ssl-cert", "c.pem",
+    ]  # fmt: skip
+    assert drainer_main.main(argv) == 0
+    out = capsys.readouterr().out
+    trailer = out[out.index("# At start (not config keys):") :].splitlines()[1:]
+    refused = [line for line in trailer if line.startswith("# REFUSED (the daemon exits with status 2): ")]
+    assert [r.split(": ", 1)[1] for r in refused] == [
+        "'syncer.loopback-control' is not supported yet; set it to false",
+        "'syncer.relay.log-dir' is set, but the relay log applies only to db-type mysql, tidb or sqlite, not "
+        "'kafka'; remove it or change db-type",
+    ]
+    ignored = [line for line in trailer if line.startswith("# ignored (a warning is logged): ")]
+    assert any("'syncer.to.zookeeper-addrs' is ignored" in line for line in ignored), trailer
+    assert len(refused) + len(ignored) == len(trailer)
+    with pytest.raises(ConfigError, match="loopback-control"):  # start-up refuses the first of them
+        load_config(flags={"syncer.loopback-control": "true", "syncer.db-type": "kafka"}, env={}).check_supported()
+
+
+def test_file_sink_keys_for_another_db_type_are_named_as_ignored() -> None:
+    cfg = load_config(flags={"syncer.to.dir": "/pb", "syncer.to.retention-time": "7"}, env={})
+    assert cfg.ignored_keys() == [
+        "config key 'syncer.to.dir' is ignored (only db-type file reads it)",
+        "config key 'syncer.to.retention-time' is ignored (only db-type file reads it)",
+    ]
+    assert load_config(flags={"syncer.db-type": "file", "syncer.to.dir": "/pb"}, env={}).ignored_keys() == []

@@ -155,6 +155,6 @@ def test_the_binlogfile_series_are_served_with_the_drainers() -> None:
         ("binlog_binlogfile_write_binlog_size", "histogram"),
         ("binlog_binlogfile_write_binlog_duration_time", "histogram"),
         ("binlog_binlogfile_read_binlog_duration_time", "histogram"),
-        ("binlog_binlogfile_corruption_binlog_count_total", "counter"),
+        ("binlog_binlogfile_corruption_binlog_count", "counter"),
     ):
         assert f"# TYPE {name} {tp}" in text, name

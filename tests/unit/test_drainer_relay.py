@@ -14,6 +14,7 @@ import pytest
 
 from common.binlogfile import BinlogFileWriter, list_binlog_files
 from common.binlogfile.record import encode_record
+from common.errors import CodecError
 from common.events import DDL, DML, DMLType, TableShape, Txn
 from common.pb import secondary_binlog_pb2 as spb
 from common.schema.infoschema import InfoSchema
@@ -183,6 +184,44 @@ def test_enum_and_set_carry_index_and_text() -> None:
     assert (cols[2].uint64_value, cols[2].string_value) == (0b101, "a,c")
 
 
+def _record(t: Txn) -> spb.Binlog:
+    payload = encode_txn(t)
+    assert payload is not None
+    b = spb.Binlog()
+    b.ParseFromString(payload)
+    return b
+
+
+def test_a_value_that_does_not_decode_names_its_column_and_commit_ts() -> None:
+    s = shape("d", "v", ("id", "int"), ("price", "decimal(10,2)"), ("en", "enum('x','y')"))
+    b = _record(Txn(7, dmls=[ins(7, 1, Decimal("1.25"), "x", s=s), ins(7, 2, Decimal("2.50"), "y", s=s)]))
+    b.dml_data.tables[0].mutations[1].row.columns[1].string_value = "not a number"
+    with pytest.raises(CodecError, match=r"d\.v at commit_ts=7: column price: "):
+        decode_record(b, ShapeCache())
+    b = _record(Txn(8, dmls=[ins(8, 1, Decimal("1.25"), "x", s=s)]))
+    b.dml_data.tables[0].mutations[0].row.columns[2].ClearField("string_value")
+    with pytest.raises(CodecError, match="column en: an ENUM/SET value without its text"):
+        decode_record(b, ShapeCache())
+    b = _record(Txn(9, dmls=[ins(9, 1, None, None, s=s)]))  # NULLs are not read
+    assert decode_record(b, ShapeCache()).dmls[0].values == (1, None, None)
+    del b.dml_data.tables[0].mutations[0].row.columns[2]
+    with pytest.raises(CodecError, match="a row of 2 columns, the table has 3"):
+        decode_record(b, ShapeCache())
+
+
+def test_only_integer_columns_written_as_uint64_are_unsigned() -> None:
+    s = shape("d", "u", ("id", "bigint unsigned"), ("n", "int"), ("st", "set('a','b')"), ("name", "varchar(5)"))
+    back = roundtrip(Txn(3, dmls=[ins(3, 2**64 - 1, -5, "a,b", "z", s=s), ins(3, 7, 6, "b", "y", s=s)]))
+    cols = back.dmls[0].shape.columns
+    assert [c.ctype.unsigned for c in cols[:2]] == [True, False]
+    assert [d.values for d in back.dmls] == [(2**64 - 1, -5, "a,b", "z"), (7, 6, "b", "y")]
+    # a row shorter than the table does not trip the scan for uint64 columns; the decoder then refuses it
+    b = _record(Txn(4, dmls=[ins(4, 1, 2, "a", "x", s=s)]))
+    del b.dml_data.tables[0].mutations[0].row.columns[1:]
+    with pytest.raises(CodecError, match="a row of 1 columns, the table has 4"):
+        decode_record(b, ShapeCache())
+
+
 def test_unique_keys_and_consecutive_tables() -> None:
     keyed = shape(
         "d",
@@ -209,6 +248,22 @@ def test_ddl_record() -> None:
     create = roundtrip(Txn(8, ddl=DDL("nd", "", "CREATE DATABASE nd", job, InfoSchema())))
     assert create.ddl is not None
     assert create.ddl.job.type == JobType.CREATE_SCHEMA  # the MySQL sink does not `USE` it first
+
+
+def test_create_database_names_the_new_database_in_schema_name() -> None:
+    """As the original: `schema_name` of CREATE DATABASE is the new database (the drainer's DDL has db "")."""
+    job = Job(2, JobType.CREATE_SCHEMA, 3, "nd", 0, "", 1, "CREATE DATABASE nd")
+    payload = encode_txn(Txn(8, ddl=DDL("", "", "CREATE DATABASE nd", job, InfoSchema())))
+    assert payload is not None
+    b = spb.Binlog.FromString(payload)
+    assert (b.ddl_data.schema_name, b.ddl_data.table_name) == ("nd", "")
+    back = decode_record(b, ShapeCache())
+    assert back.ddl is not None
+    assert (back.ddl.db, back.ddl.job.schema_name, back.ddl.job.type) == ("", "nd", JobType.CREATE_SCHEMA)
+    drop = Job(3, JobType.DROP_SCHEMA, 3, "nd", 0, "", 2, "DROP DATABASE nd")
+    payload = encode_txn(Txn(9, ddl=DDL("nd", "", "DROP DATABASE nd", drop, InfoSchema())))
+    assert payload is not None
+    assert spb.Binlog.FromString(payload).ddl_data.schema_name == "nd"
 
 
 def test_empty_txn_and_skipped_ddl_have_no_record() -> None:

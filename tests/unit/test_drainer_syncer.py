@@ -857,3 +857,20 @@ def test_stop_without_start_leaves_the_checkpoint_alone(rigs: Callable[..., Rig]
     r.build()
     r.stop()
     assert r.saves == [state(0, r.w.schema.version, consistent=False)]
+
+
+@pytest.mark.parametrize(
+    ("duration", "safe", "warned"), [("0s", False, True), ("0s", True, False), ("5m", False, False)]
+)
+def test_an_unclean_stop_without_safe_mode_is_warned_about(
+    rigs: Callable[..., Rig], caplog: pytest.LogCaptureFixture, duration: str, safe: bool, warned: bool
+) -> None:
+    """The nemesis suite ran with safe-mode-duration 0 and met what that means: a kill -9 after the sink
+    applied binlogs past the saved checkpoint, and their replay stopped the drainer on a duplicate key.
+    With safe mode off the start says so, naming the setting that replays them idempotently."""
+    r = rigs()
+    assert isinstance(r.checkpoint, MemoryCheckpoint)
+    r.checkpoint.save(0, r.w.schema.version, consistent=False)  # a kill -9 left this
+    with caplog.at_level("WARNING", logger="drainer.syncer"):
+        r.start({"syncer.safe-mode": safe, "syncer.safe-mode-duration": duration})
+    assert ("did not stop cleanly" in caplog.text and "safe-mode-duration" in caplog.text) is warned

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import base64
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from common.encrypt import (
     DEFAULT_KEY,
+    DEFAULT_KEY_WARNING,
     KEY_ENV,
     EncryptError,
+    _default_key_warned,
     decrypt,
     decrypt_bytes,
     encrypt,
@@ -26,6 +34,7 @@ NIST_CIPHER = bytes.fromhex("3b3fd92eb72dad20333449f8e83cfb4ac8a64537a0b3a93fcde
 # "secret" under the NIST key and iv: base64 of iv | "@" | 239b04befc19 (also what `openssl enc -aes-128-cfb` gives)
 GOLDEN_SECRET = "AAECAwQFBgcICQoLDA0OD0AjmwS+/Bk="
 
+ROOT = Path(__file__).resolve().parents[2]
 KEY_16 = bytes(range(16))
 KEY_24 = bytes(range(24))
 KEY_32 = bytes(range(32))
@@ -137,3 +146,79 @@ def test_bad_iv_size_when_encrypting() -> None:
 def test_surrounding_whitespace_is_ignored() -> None:
     """A value pasted into a TOML file often carries a newline."""
     assert decrypt(f"  {GOLDEN_SECRET}\n", NIST_KEY) == "secret"
+
+
+# ------------------------------------------------------------------------------ the original's default key
+
+ORIGINAL_DEFAULT_KEY_HEX = "a529b7665997f043a30ac8fadcb51d6aa032c226ab5b7750530b12b8c1a16a48"
+"""pkg/encrypt defaultSecretKey of the original, copied from its source independently of DEFAULT_KEY."""
+
+
+def _original_cipher(key: bytes, iv: bytes) -> Any:
+    """AES in Go's cipher.NewCFBEncrypter mode (CFB128), from the `cryptography` primitives directly."""
+    from cryptography.hazmat.decrepit.ciphers.modes import CFB
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+
+    return Cipher(algorithms.AES(key), CFB(iv))
+
+
+def _original_encrypt(plaintext: bytes, key: bytes) -> str:
+    """What the original's Encrypt does (random iv, base64 of iv | "@" | ciphertext), not our encrypt_bytes."""
+    iv = os.urandom(16)
+    enc = _original_cipher(key, iv).encryptor()
+    return base64.b64encode(iv + b"@" + enc.update(plaintext) + enc.finalize()).decode("ascii")
+
+
+def test_a_text_encrypted_with_the_originals_default_key_decrypts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    key = bytes.fromhex(ORIGINAL_DEFAULT_KEY_HEX)
+    for plain in ("secret", "a much longer downstream password, 密码"):
+        assert decrypt(_original_encrypt(plain.encode(), key)) == plain
+    # and ours decrypts with the original's key, as the original's Decrypt does
+    ours = base64.b64decode(encrypt("pw"))
+    assert ours[16:17] == b"@"
+    dec = _original_cipher(key, ours[:16]).decryptor()
+    assert dec.update(ours[17:]) + dec.finalize() == b"pw"
+
+
+def test_the_default_key_is_warned_about_once_per_process(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    _default_key_warned.clear()  # a fresh "process"
+    text = _original_encrypt(b"pw", bytes.fromhex(ORIGINAL_DEFAULT_KEY_HEX))
+    with caplog.at_level(logging.WARNING, logger="common.encrypt"):
+        assert decrypt(text) == "pw"
+        assert decrypt(text) == "pw"
+        encrypt("again")
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert [r.getMessage() for r in warnings] == [DEFAULT_KEY_WARNING]
+    assert "set BINLOG_SECRET_KEY" in DEFAULT_KEY_WARNING
+
+
+def test_no_warning_with_a_key_of_ones_own(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    _default_key_warned.clear()
+    monkeypatch.setenv(KEY_ENV, KEY_16.hex())
+    with caplog.at_level(logging.WARNING, logger="common.encrypt"):
+        assert decrypt(encrypt("pw")) == "pw"
+        assert decrypt(encrypt("pw", KEY_32), KEY_32) == "pw"
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_a_warning_given_before_logging_is_set_up_is_given_again_into_the_log(tmp_path: Path) -> None:
+    """A daemon decrypts while loading its config, before its log exists: stderr gets the line from Python's
+    last-resort handler, and the configured log gets it once more, then never again."""
+    log_file = tmp_path / "daemon.log"
+    script = (
+        "import logging\n"
+        "from common.encrypt import decrypt, encrypt\n"
+        "text = encrypt('pw')\n"  # config load: no logging yet
+        f"logging.basicConfig(filename={str(log_file)!r}, level=logging.INFO, format='%(message)s')\n"
+        "assert decrypt(text) == 'pw' and decrypt(text) == 'pw'\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != KEY_ENV}
+    env["PYTHONPATH"] = str(ROOT)
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines() == [DEFAULT_KEY_WARNING]
+    assert log_file.read_text().splitlines() == [DEFAULT_KEY_WARNING]

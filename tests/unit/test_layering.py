@@ -6,6 +6,8 @@
   public entry point (the names in its `__all__`) only.
 * `tools` and `spark_jobs` import `common`, themselves, and the components only through their public
   entry points; they do not import each other.
+* `arbiter` imports `common`, and `drainer` through its public entry point (the MySQL sink, the record
+  decoder); nothing imports `arbiter`.
 
 Every import counts: at module level, inside functions and under `TYPE_CHECKING`.
 """
@@ -21,7 +23,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPONENTS = ("pd", "pump", "pump_client", "drainer", "upstream")
-PACKAGES = ("common", *COMPONENTS, "tools", "spark_jobs")
+PACKAGES = ("common", *COMPONENTS, "arbiter", "tools", "spark_jobs")
 
 ALLOWED: dict[str, frozenset[str]] = {
     "common": frozenset(),
@@ -30,6 +32,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "pump_client": frozenset({"common"}),
     "drainer": frozenset({"common"}),
     "upstream": frozenset({"common", "pump_client"}),
+    "arbiter": frozenset({"common", "drainer"}),
     "tools": frozenset({"common", *COMPONENTS}),
     "spark_jobs": frozenset({"common", *COMPONENTS}),
 }
@@ -37,6 +40,7 @@ ALLOWED: dict[str, frozenset[str]] = {
 
 ENTRY_POINT_ONLY: dict[str, frozenset[str]] = {
     "upstream": frozenset({"pump_client"}),
+    "arbiter": frozenset({"drainer"}),
     "tools": frozenset(COMPONENTS),
     "spark_jobs": frozenset(COMPONENTS),
 }
@@ -112,6 +116,9 @@ def test_every_package_keeps_to_its_layer() -> None:
         ("spark_jobs", "from pump.storage.vlog import ValueLog", "public entry point"),
         ("spark_jobs", "from tools.audit import audit", "may import only"),
         ("tools", "from spark_jobs.cli import main", "may import only"),
+        ("arbiter", "from drainer.relay_codec import decode_record", "public entry point"),
+        ("arbiter", "from pump.storage.vlog import ValueLog", "may import only"),
+        ("drainer", "from arbiter.position import Dedup", "may import only"),
     ],
 )
 def test_the_check_finds_a_layering_break(package: str, source: str, why: str) -> None:

@@ -178,16 +178,27 @@ def test_bad_log_settings_exit_2_with_one_line(
 def test_a_log_file_that_cannot_be_opened_exits_2_before_anything_starts(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    missing_dir = tmp_path / "no-such-dir"
+    not_a_dir = tmp_path / "a-file"
+    not_a_dir.write_text("x")
     with pytest.raises(SystemExit) as exc:  # pd-urls is never dialled: the log file fails first
-        pump_main.main(["--log-file", str(missing_dir / "pump.log"), "--data-dir", str(tmp_path / "data")])
+        pump_main.main(["--log-file", str(not_a_dir / "pump.log"), "--data-dir", str(tmp_path / "data")])
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert err == (
-        f"pump: config error: invalid value for 'log-file': cannot open '{missing_dir / 'pump.log'}': "
-        "No such file or directory\n"
+        f"pump: config error: invalid value for 'log-file': cannot open '{not_a_dir / 'pump.log'}': Not a directory\n"
     )
-    assert sorted(tmp_path.iterdir()) == []  # nothing created: no data dir, no log dir
+    assert sorted(tmp_path.iterdir()) == [not_a_dir]  # nothing created: no data dir, no log dir
+
+
+def test_a_missing_log_directory_is_created_as_the_original_did(tmp_path: Path) -> None:
+    """Deployments of the original name `-log-file=log/pump.log` and rely on the logger creating log/."""
+    file = tmp_path / "log" / "deeper" / "pump.log"
+    handler = make_handler(str(file), max_size_mib=1, max_backups=1)
+    try:
+        handler.emit(logging.LogRecord("t", logging.INFO, __file__, 1, "hello", None, None))
+    finally:
+        handler.close()
+    assert "hello" in file.read_text()
 
 
 def test_bad_backups_with_a_log_file_creates_no_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

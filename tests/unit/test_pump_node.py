@@ -14,7 +14,7 @@ import grpc
 import pytest
 
 from common import tso
-from common.errors import NodeExistsError, NodeNotFoundError
+from common.errors import ConfigError, NodeExistsError, NodeNotFoundError
 from common.pb import binlog_pb2, cistern_pb2, cistern_pb2_grpc, gogo
 from common.registry import NodeKind, NodeState, NodeStatus, Registry
 from pump.background import write_fake_binlog
@@ -27,6 +27,7 @@ from pump.node import (
     NotifyPolicy,
     PumpNode,
     StateError,
+    node_id_history,
     notify_drainer,
     resolve_node_id,
     wait_safe_to_offline,
@@ -112,6 +113,24 @@ def test_configured_node_id_is_used_and_persisted_once(tmp_path: Path, caplog: p
     assert (tmp_path / ".node").read_text().strip() == "pump-a"
     assert resolve_node_id(tmp_path, "pump-b", 8250) == "pump-a"
     assert "node-id 'pump-b' is ignored" in caplog.text
+
+
+def test_every_node_id_a_data_dir_served_under_is_remembered(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Renaming a pump (deleting `.node`) must not make its resolver treat its own waiting prewrites, whose
+    status rows name the old id, as copies belonging to another pump."""
+    assert node_id_history(tmp_path) == []
+    assert resolve_node_id(tmp_path, "pump-a", 8250) == "pump-a"
+    assert resolve_node_id(tmp_path, "", 8250) == "pump-a"
+    (tmp_path / ".node").unlink()
+    assert resolve_node_id(tmp_path, "pump-b", 8250) == "pump-b"
+    assert node_id_history(tmp_path) == ["pump-a", "pump-b"]
+    assert "this data dir served as pump-a before" in caplog.text
+
+
+def test_a_node_id_longer_than_the_status_table_takes_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="256 characters, more than 255"):
+        resolve_node_id(tmp_path, "p" * 256, 8250)
+    assert not (tmp_path / ".node").exists()
 
 
 # ---------------------------------------------------------------------------------------- approx clock

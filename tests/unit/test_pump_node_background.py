@@ -318,4 +318,4 @@ def test_loops_survive_unexpected_errors(caplog: pytest.LogCaptureFixture) -> No
     assert metrics.background_error.labels(loop="gc")._value.get() == 1
     assert metrics.background_error.labels(loop="fake_binlog")._value.get() == 1
     assert any(r.exc_info and isinstance(r.exc_info[1], OSError) for r in caplog.records)
-    assert b"binlog_pump_background_error_count_total" in metrics.render()
+    assert b'binlog_pump_background_error_count{loop="gc"} 1.0' in metrics.render()

@@ -13,7 +13,7 @@ from common import tso
 from common.errors import ConfigError
 from common.filters import TableName
 from tools.reparo import main
-from tools.reparo.config import build_parser, load_config, normalize_argv, parse_args, parse_datetime
+from tools.reparo.config import load_config, parse_args, parse_datetime
 
 SAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "reparo.toml"
 
@@ -105,8 +105,10 @@ def test_flags_override_file_and_single_dash_spelling(tmp_path: Path) -> None:
     path = write(tmp_path, 'data-dir = "a"\nworker-count = 2\n')
     cfg, _ = parse_args(["-config", str(path), "-worker-count=5", "-L", "warn", "--dest-db.port", "3311"], env={})
     assert (cfg.data_dir, cfg.worker_count, cfg.log_level, cfg.dest_db.port) == ("a", 5, "warn", 3311)
-    parser = build_parser()
-    assert normalize_argv(parser, ["-data-dir", "-5", "-nonsense"]) == ["--data-dir", "-5", "-nonsense"]
+    cfg, _ = parse_args(["-data-dir", "-5", "-c", "7", "-safe-mode"], env={})
+    assert (cfg.data_dir, cfg.worker_count, cfg.safe_mode) == ("-5", 7, True)
+    with pytest.raises(ConfigError, match="unknown flag -nonsense: the original's reparo has no such flag"):
+        parse_args(["-data-dir", "d", "-nonsense"], env={})
 
 
 @pytest.mark.parametrize(

@@ -350,7 +350,8 @@ def test_bad_data_dir_is_one_line_and_exit_1(
 
 def test_unwritable_log_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     write_dir(tmp_path / "pb", history())
-    bad = tmp_path / "no" / "such" / "dir" / "r.log"
+    (tmp_path / "a-file").write_text("x")
+    bad = tmp_path / "a-file" / "r.log"  # under a regular file: a missing directory would be created
     assert main(["--data-dir", str(tmp_path / "pb"), "--log-file", str(bad)], out=io.StringIO()) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1

@@ -88,6 +88,26 @@ def test_committed(resolver: TxnStatusResolver, store: TxnStatusStore, writer: s
     assert res.commit_ts == 105
 
 
+def test_committed_through_another_pump_is_rolled_back_here(
+    store: TxnStatusStore, writer: sqlite3.Connection, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A copy of a prewrite from an attempt the client gave up on (it timed out, then the prewrite went to
+    pump-2): pump-1 rolls its copy back; pump-2, and a resolver that does not know its node id, commit."""
+    store.begin_pending(writer, 100, TTL_MS)
+    store.mark_committed(writer, 100, 105, pump_node_id="pump-2:8250")
+    writer.commit()
+    verdicts = {}
+    for node_id in ("pump-1:8250", "pump-2:8250", ""):
+        r = TxnStatusResolver(store, max_txn_timeout=600.0, clock=clock, node_id=node_id)
+        verdicts[node_id] = r.resolve(prewrite(100), 1.0)
+    assert verdicts["pump-1:8250"] == Resolution(Verdict.ROLLED_BACK, reason="committed through pump pump-2:8250")
+    assert verdicts["pump-2:8250"] == Resolution(Verdict.COMMITTED, 105, "committed in the txn-status store")
+    assert verdicts[""].verdict is Verdict.COMMITTED
+    assert "committed through pump pump-2:8250, not this one (pump-1:8250)" in caplog.text
+    renamed = TxnStatusResolver(store, max_txn_timeout=600.0, clock=clock, node_id={"pump-3:8250", "pump-2:8250"})
+    assert renamed.resolve(prewrite(100), 1.0).verdict is Verdict.COMMITTED  # pump-2 is an earlier id of its own
+
+
 def test_rolled_back(resolver: TxnStatusResolver, store: TxnStatusStore, writer: sqlite3.Connection) -> None:
     store.begin_pending(writer, 100, TTL_MS)
     store.mark_rolled_back(writer, 100)

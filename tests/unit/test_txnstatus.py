@@ -138,11 +138,44 @@ def test_ensure_schema_is_idempotent_and_sets_wal(store: TxnStatusStore, db_path
     try:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         cols = [row[1] for row in conn.execute(f"PRAGMA table_info({TABLE})")]
-        assert cols == ["start_ts", "state", "commit_ts", "ttl_deadline"]
+        assert cols == ["start_ts", "state", "commit_ts", "ttl_deadline", "pump_node_id"]
         with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
-            conn.execute(f"INSERT INTO {TABLE} VALUES (1, 'bogus', 0, 0)")
+            conn.execute(f"INSERT INTO {TABLE} VALUES (1, 'bogus', 0, 0, '')")
     finally:
         conn.close()
+
+
+def test_a_table_without_pump_node_id_is_read_and_then_upgraded(db_path: Path, clock: FakeClock) -> None:
+    """A table an older writer created: a pump reads it as it is, and the next ensure_schema adds the
+    column, keeping the rows."""
+    conn = sqlite3.connect(db_path)
+    try:
+        with conn:
+            conn.execute(
+                f"CREATE TABLE {TABLE} (start_ts INTEGER PRIMARY KEY, state VARCHAR(16) NOT NULL, "
+                "commit_ts BIGINT NOT NULL DEFAULT 0, ttl_deadline BIGINT NOT NULL)"
+            )
+            conn.execute(f"INSERT INTO {TABLE} VALUES (100, 'committed', 105, 0)")
+    finally:
+        conn.close()
+    with (
+        TxnStatusStore(SqliteDSN(db_path), clock=clock) as reader,
+        TxnStatusStore(SqliteDSN(db_path), clock=clock) as s,
+    ):
+        assert reader.get(100) == TxnStatus(100, TxnState.COMMITTED, 105, 0, "")
+        assert reader.rollback_abandoned(200, NOW_MS) == TxnStatus(200, TxnState.ROLLED_BACK)
+        s.ensure_schema()
+        s.ensure_schema()
+        assert reader.get(100) == TxnStatus(100, TxnState.COMMITTED, 105, 0, "")
+        w = sqlite3.connect(db_path, isolation_level=None)
+        try:
+            w.execute("BEGIN")
+            s.begin_pending(w, 300, 1000)
+            s.mark_committed(w, 300, 305, pump_node_id="pump-2:8250")
+            w.execute("COMMIT")
+        finally:
+            w.close()
+        assert reader.get(300) == TxnStatus(300, TxnState.COMMITTED, 305, NOW_MS + 1000, "pump-2:8250")
 
 
 def test_get_missing_is_none(store: TxnStatusStore) -> None:
@@ -173,8 +206,11 @@ def test_malformed_rows_raise_codec_error(db_path: Path, row: tuple[object, ...]
 
 def test_from_row_validates() -> None:
     assert TxnStatus.from_row((7, "committed", 9, 0)) == TxnStatus(7, TxnState.COMMITTED, 9, 0)
-    with pytest.raises(CodecError, match="expected 4 columns"):
+    assert TxnStatus.from_row((7, "committed", 9, 0, "p1")) == TxnStatus(7, TxnState.COMMITTED, 9, 0, "p1")
+    with pytest.raises(CodecError, match="expected 4 or 5 columns"):
         TxnStatus.from_row((7, "pending"))
+    with pytest.raises(CodecError, match="pump_node_id must be a string"):
+        TxnStatus.from_row((7, "committed", 9, 0, 3))
     with pytest.raises(CodecError, match="start_ts must be positive"):
         TxnStatus.from_row((0, "pending", 0, 0))
     with pytest.raises(CodecError, match="start_ts must be a non-negative integer"):
@@ -216,6 +252,8 @@ def test_bad_arguments(store: TxnStatusStore, writer: sqlite3.Connection) -> Non
         store.begin_pending(writer, 10, 0)
     with pytest.raises(ValueError, match="greater than start_ts"):
         store.mark_committed(writer, 10, 10)
+    with pytest.raises(ValueError, match="more than 255"):
+        store.mark_committed(writer, 10, 11, pump_node_id="p" * 256)
     with pytest.raises(ValueError, match="batch must be positive"):
         store.purge_before(10, batch=0)
     with pytest.raises(ConfigError, match="timeout"):
@@ -514,3 +552,11 @@ def test_a_row_that_lands_late_is_marked_rolled_back(db_path: Path, writer: sqli
             slow.begin_pending(writer, 100, 3000, not_after_ms=NOW_MS + 500)
         writer.commit()
         assert slow.get(100) == TxnStatus(100, TxnState.ROLLED_BACK, 0, NOW_MS + 3000)
+
+
+def test_a_column_the_operator_added_is_ignored(store: TxnStatusStore, writer: sqlite3.Connection) -> None:
+    writer.execute(f"ALTER TABLE {TABLE} ADD COLUMN audited_at TEXT")
+    store.begin_pending(writer, 100, 1000)
+    store.mark_committed(writer, 100, 105, pump_node_id="pump-1")
+    writer.commit()
+    assert store.get(100) == TxnStatus(100, TxnState.COMMITTED, 105, NOW_MS + 1000, "pump-1")

@@ -43,7 +43,6 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import Final, TextIO
 
@@ -55,6 +54,7 @@ from common.pd_client import LEADER_KEY, TSOClient, read_leader
 from common.registry import NodeKind, NodeState, NodeStatus, Registry
 from common.tls import TLS
 from common.tso_guard import Present, check_not_ahead
+from common.version import build_info
 from tools.binlogctl.options import (
     ACTION_COMMANDS,
     LIST_COMMANDS,
@@ -331,11 +331,8 @@ class Ctl:
 
 
 def version_text() -> str:
-    try:
-        version = metadata.version("tidb-binlog-py")
-    except metadata.PackageNotFoundError:
-        version = "unknown"
-    return f"{PROG} (tidb-binlog-py) {version}"
+    """What -V prints: release version, git commit hash, build time (common/version.py), as every command."""
+    return build_info().text()
 
 
 def _one_line(message: str) -> str:

@@ -2,7 +2,7 @@
 
 Readings come over HTTP: each pump's ``GET /status`` (``Checkpoint.writeCount``: binlogs
 stored by this pump process, fake ones included), the drainer's ``GET /commit_ts`` (its saved
-checkpoint) and ``GET /metrics`` (``binlog_drainer_event_total{type}``: rows and DDLs handed to
+checkpoint) and ``GET /metrics`` (``binlog_drainer_event{type}``: rows and DDLs handed to
 the sink).  Lag is the wall clock minus the physical time of the checkpoint TSO; the drainer
 saves its checkpoint every 3 s, so the lag shown is up to that much above the replication lag.
 
@@ -28,11 +28,11 @@ HTTP_TIMEOUT = 2.0
 PLAIN_INTERVAL = 5.0
 """Seconds between progress lines when the output is not a terminal."""
 EVENT_TYPES = ("Insert", "Update", "Delete", "DDL")
-_EVENT = re.compile(r'^binlog_drainer_event_total\{type="(\w+)"\}\s+([0-9.eE+]+)\s*$', re.MULTILINE)
+_EVENT = re.compile(r'^binlog_drainer_event\{type="(\w+)"\}\s+([0-9.eE+]+)\s*$', re.MULTILINE)
 
 
 def parse_events(metrics_text: str) -> dict[str, int]:
-    """``binlog_drainer_event_total`` by type from Prometheus text (types never seen are absent)."""
+    """``binlog_drainer_event`` by type from Prometheus text (types never seen are absent)."""
     return {m.group(1): int(float(m.group(2))) for m in _EVENT.finditer(metrics_text)}
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from common.audit import MySQLServer
 from common.config import ArgumentParser, parse_duration
 from common.errors import ConfigError
+from common.version import add_version_flag
 from upstream import WORKLOADS
 
 PROG = "binlog-playground"
@@ -94,6 +95,7 @@ def build_parser() -> ArgumentParser:
         "--catch-up-timeout", type=_duration, default=DEFAULT_CATCH_UP, metavar="SECONDS",
         help=f"how long the drainer may take to catch up at the end (default {DEFAULT_CATCH_UP:.0f}s)",
     )  # fmt: skip
+    add_version_flag(p)
     return p
 
 

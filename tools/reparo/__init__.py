@@ -196,11 +196,12 @@ def main(argv: list[str] | None = None, *, out: TextIO | None = None, err: TextI
     except OSError as exc:
         _say(stderr, f"error: cannot open log-file {cfg.log_file!r}: {exc.strerror or exc}")
         return 1
+    tls = cfg.dest_tls() if cfg.dest_type == "mysql" else None  # an unusable ssl-* file: config error, exit 2
     dest = None
     try:
         check_data_dir(cfg.data_dir)
         check_start(cfg, clock_present())
-        dest = make_dest(cfg, stdout)
+        dest = make_dest(cfg, stdout, tls)
         dest.start()
         summary = replay(cfg, dest, progress=lambda line: _say(stderr, line))
     except BinlogError as exc:

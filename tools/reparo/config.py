@@ -11,11 +11,12 @@ Keys are the original `reparo.toml` ones:
     replicate-do-db, replicate-ignore-db        schema name patterns (`~regex` or an exact name, any case)
     [[replicate-do-table]], [[replicate-ignore-table]]   db-name / tbl-name patterns
     [dest-db] host / port / user / password
+    [dest-db.security] ssl-ca / ssl-cert / ssl-key   TLS to the destination (ours; common/mysql_tls.py)
 
 A window may be given as a datetime or as a TSO, not both (the original silently let the datetime win).
 Environment variables are `Reparo_<KEY>` as the original spells them (`Reparo_DATA_DIR`), or upper case
-(`REPARO_DATA_DIR`). Flags are `--key` (`--data-dir d`, `--dest-db.port 3307`); the original's single-dash
-spelling (`-config`, `-data-dir`) is accepted too, and `-L` for log-level.
+(`REPARO_DATA_DIR`). Flags are `--key` (`--data-dir d`, `--dest-db.port 3307`); the original's Go flags
+(`-config`, `-data-dir=d`, `-c 8`, `-L`, `-safe-mode=false`; common/config/goflags.py) work too.
 """
 
 from __future__ import annotations
@@ -23,17 +24,17 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
-import re
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from common import tso
-from common.config import ArgumentParser, add_flags, at_least, flags_from_args, load
-from common.config.cli import CONFIG_FILE_DEST
+from common.config import at_least, flags_from_args, load
+from common.config.cli import CONFIG_FILE_DEST, config_parser
+from common.config.goflags import REPARO_FLAGS
 from common.errors import ConfigError
 from common.filters import TableName, name_pattern
+from common.mysql_tls import MySQLSecurity, MySQLTLS
 
 __all__ = [
     "DATETIME_FORMAT",
@@ -42,7 +43,6 @@ __all__ = [
     "TableName",
     "build_parser",
     "load_config",
-    "normalize_argv",
     "parse_args",
     "parse_datetime",
 ]
@@ -57,11 +57,10 @@ DEFAULT_TXN_BATCH: Final = 20
 DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 3306
 DEFAULT_USER: Final = "root"
+DEST_SECURITY: Final = "[dest-db.security]"
 
 LogLevel = Literal["debug", "info", "warn", "warning", "error", "fatal"]
 DestType = Literal["print", "mysql"]
-
-_SINGLE_DASH = re.compile(r"-([a-z][a-z0-9_.-]+)(=.*)?", re.DOTALL)
 
 
 def parse_datetime(text: str) -> int:
@@ -96,6 +95,8 @@ class DestDBConfig:
     port: int = field(default=DEFAULT_PORT, metadata={"help": "downstream MySQL port", "validate": _port})
     user: str = field(default=DEFAULT_USER, metadata={"help": "downstream MySQL user"})
     password: str = field(default="", metadata={"help": "downstream MySQL password"})
+    security: MySQLSecurity = field(default_factory=MySQLSecurity)
+    """TLS to the destination (ours: the original's reparo had none)."""
 
 
 @dataclass(frozen=True)
@@ -142,6 +143,10 @@ class ReparoConfig:
         if stop and stop < start:
             raise ValueError(f"the window ends before it starts: stop {stop} < start {start}")
 
+    def dest_tls(self) -> MySQLTLS:
+        """TLS to `[dest-db]`, its files read and checked (ConfigError naming the key and the file)."""
+        return self.dest_db.security.load(DEST_SECURITY)
+
     @property
     def start_ts(self) -> int:
         """The first commit_ts replayed (0: from the beginning)."""
@@ -179,32 +184,20 @@ def load_config(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = ArgumentParser(
-        prog="reparo", description="replay the drainer's pb binlog files (file sink) into MySQL, or print them"
+    return config_parser(
+        "reparo",
+        "replay the drainer's pb binlog files (file sink) into MySQL, or print them",
+        ReparoConfig,
+        env_prefix=ENV_PREFIX,
+        go_flags=REPARO_FLAGS,
     )
-    add_flags(parser, ReparoConfig, env_prefix=ENV_PREFIX)
-    parser.add_argument("--print-config", action="store_true", help="print the effective config and exit")
-    return parser
-
-
-def normalize_argv(parser: argparse.ArgumentParser, argv: Sequence[str]) -> list[str]:
-    """The original's single-dash long flags (`-config f`, `-data-dir=d`) as `--config f`, `--data-dir=d`.
-
-    Only names that are long options of `parser` are rewritten, so a value such as `-5` stays a value."""
-    known = {s for a in parser._actions for s in a.option_strings if s.startswith("--")}
-    out: list[str] = []
-    for arg in argv:
-        m = _SINGLE_DASH.fullmatch(arg)
-        out.append("-" + arg if m is not None and "--" + m.group(1) in known else arg)
-    return out
 
 
 def parse_args(
     argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
 ) -> tuple[ReparoConfig, argparse.Namespace]:
     """Parse the command line and load the config; raises ConfigError (never exits)."""
-    parser = build_parser()
-    args = parser.parse_args(normalize_argv(parser, sys.argv[1:] if argv is None else argv))
+    args = build_parser().parse_args(argv)
     try:
         cfg = load_config(
             getattr(args, CONFIG_FILE_DEST, None),

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, TextIO
 import pymysql
 
 from common.events import DDL, Txn
+from common.mysql_tls import MySQLTLS
 from common.pb import pb_binlog_pb2
 from common.pbfile import Shapes, event_to_dml
 from common.schema.infoschema import InfoSchema
@@ -100,7 +101,7 @@ class PrintDest:
 class MySQLDest:
     """Applies binlogs to `[dest-db]` through the drainer's MySQL sink (see the module doc)."""
 
-    def __init__(self, cfg: ReparoConfig, *, tz: dt.tzinfo | None = None) -> None:
+    def __init__(self, cfg: ReparoConfig, *, tz: dt.tzinfo | None = None, tls: MySQLTLS | None = None) -> None:
         d = cfg.dest_db
         self.sink = MySQLSink(
             host=d.host,
@@ -110,6 +111,7 @@ class MySQLDest:
             worker_count=cfg.worker_count,
             txn_batch=cfg.txn_batch,
             safe_mode=cfg.safe_mode,
+            tls=cfg.dest_tls() if tls is None else tls,
         )
         self._tz = tz
         self._conn: Connection | None = None
@@ -207,7 +209,8 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def make_dest(cfg: ReparoConfig, out: TextIO) -> PrintDest | MySQLDest:
+def make_dest(cfg: ReparoConfig, out: TextIO, tls: MySQLTLS | None = None) -> PrintDest | MySQLDest:
+    """The destination of `dest-type`; `tls`: `cfg.dest_tls()` already loaded (None: load it here)."""
     if cfg.dest_type == "mysql":
-        return MySQLDest(cfg)
+        return MySQLDest(cfg, tls=tls)
     return PrintDest(out)

@@ -9,6 +9,9 @@ are sent; an error on either side closes both.
 
 `cut()` closes every open connection with a reset and resets new ones as soon as they are accepted
 (the listening port stays ours, so `restore()` cannot lose it); `restore()` accepts again.
+`blackhole()` makes every connection open now drop what it carries, both ways, for good, while its
+sockets stay open: what a client sees of a peer that vanished without a FIN or RST (a host gone, an
+address moved); new connections work normally.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ class _Conn:
         self.client = client
         self.target = target
         self.closed = threading.Event()
+        self.dropping = False
         self._lock = threading.Lock()
         self._done = 0
         self.threads: list[threading.Thread] = []
@@ -95,6 +99,8 @@ class _Conn:
                 wait = release - time.monotonic()
                 if wait > 0 and self.closed.wait(wait):
                     return
+                if self.dropping:
+                    continue
                 if data == _EOF:
                     with contextlib.suppress(OSError):
                         dst.shutdown(socket.SHUT_WR)
@@ -225,6 +231,14 @@ class TcpProxy:
             conns = list(self._conns)
         for c in conns:
             c.close(reset=True)
+
+    def blackhole(self) -> int:
+        """Make the connections open now drop everything from here on (sockets kept); how many."""
+        with self._lock:
+            conns = list(self._conns)
+        for c in conns:
+            c.dropping = True
+        return len(conns)
 
     def restore(self) -> None:
         with self._lock:
