@@ -4,6 +4,12 @@ of it: containers by service, health, the drainer's checkpoint, the pumps' TSO, 
 Podman 4.3 ignores `condition: service_healthy` and runs no health check on a schedule without systemd
 on the host, so `up()` starts the services in the file's dependency order, one stage at a time, and
 waits for each stage's own health checks (`podman healthcheck run`, the file's checks) with deadlines.
+
+Its DNS server (aardvark-dns) answers slowly for a while after a container of the network starts or
+restarts: a new process's first lookup of a service name then took 10-20 s (seen here, after a
+MariaDB restart; the running daemons keep their connections).  A tool run with `exec_tool` therefore
+waits until the names it uses resolve promptly inside its container, and when it still does not
+return in time, what runs in that container is printed with the timeout.
 """
 
 from __future__ import annotations
@@ -32,6 +38,9 @@ PUMP_STATUS = {"pump1": 18250, "pump2": 18251, "pump3": 18252}
 DRAINER_STATUS = 18249
 MARIADB_PORT = 13306
 UPSTREAM_DB = "/var/lib/tidb-binlog/upstream/upstream.db"
+NAME_LOOKUP_LIMIT = 2.0
+"""Seconds a name lookup inside a container may take for the names to count as resolving promptly."""
+NAME_WAIT = 180.0
 Rows = list[tuple[int, Decimal]]
 
 
@@ -90,6 +99,34 @@ class ComposeCluster:
 
     def exec(self, service: str, *argv: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
         return podman("exec", self.container(service), *argv, check=False, timeout=timeout)
+
+    def resolves_promptly(self, service: str, names: Sequence[str]) -> bool:
+        """Each of `names` resolves inside `service`'s container within NAME_LOOKUP_LIMIT seconds."""
+        for name in names:
+            started = time.monotonic()
+            done = self.exec(service, "getent", "hosts", name, timeout=60)
+            if done.returncode != 0 or time.monotonic() - started > NAME_LOOKUP_LIMIT:
+                return False
+        return True
+
+    def exec_tool(
+        self, service: str, names: Sequence[str], *argv: str, timeout: float = 120.0
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a short-lived command in `service`'s container once `names` resolve promptly there (see the
+        module doc); on a timeout the container's processes are part of the error."""
+        wait_for(
+            f"{' '.join(names)} resolving within {NAME_LOOKUP_LIMIT}s in {service}",
+            lambda: self.resolves_promptly(service, names),
+            NAME_WAIT,
+        )
+        try:
+            return self.exec(service, *argv, timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            ps = podman("top", self.container(service), check=False, timeout=30)
+            raise AssertionError(
+                f"{' '.join(argv[:3])} in {service} did not return in {timeout}s; output so far: {exc.stdout!r}; "
+                f"processes of the container:\n{ps.stdout}{ps.stderr}"
+            ) from exc
 
     def network(self) -> str:
         names = podman("network", "ls", "--format", "{{.Name}}").stdout.split()

@@ -122,8 +122,8 @@ def stop_writer_and_compare(cluster: ComposeCluster, phases: Phases) -> None:
 
     with phases("audit of every table, inside the cluster"):
         url = f"mysql://root:{quote(cluster.password, safe='')}@mariadb:3306"
-        audit = cluster.exec(
-            "pump1", "python", "-m", "tools.audit", "--etcd", "http://etcd:2379",
+        audit = cluster.exec_tool(
+            "pump1", ["etcd", "mariadb"], "python", "-m", "tools.audit", "--etcd", "http://etcd:2379",
             "--upstream", f"sqlite://{UPSTREAM_DB}", "--downstream", url,
         )  # fmt: skip
         assert audit.returncode == 0, audit.stdout + audit.stderr

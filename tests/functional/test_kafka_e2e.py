@@ -260,15 +260,56 @@ def canal_by_commit(msgs: list[Any]) -> dict[int, list[dict[str, Any]]]:
     return out
 
 
+def replay_problems(decoded: list[Any], tables: set[tuple[str, str]]) -> list[str]:
+    """Row changes of `tables` (only DML changes them) that the messages' own order contradicts: an INSERT
+    of a key already present, an UPDATE or DELETE of one absent.  Messages taken in topic order, a
+    re-send (commit_ts not above the last) skipped, as the arbiter takes them."""
+    present: dict[tuple[str, str], set[tuple[str | None, ...]]] = {t: set() for t in tables}
+    problems: list[str] = []
+    last = 0
+    for b in decoded:
+        if b.commit_ts <= last or b.type != 0:
+            last = max(last, b.commit_ts)
+            continue
+        last = b.commit_ts
+        for t in b.dml_data.tables:
+            keys = present.get((t.schema_name, t.table_name))
+            if keys is None:
+                continue
+            cols = [i for i, c in enumerate(t.column_info) if c.is_primary_key]
+            for m in t.mutations:
+                kind = MUTATION_TYPES[m.type]
+                pk = tuple(column_text(m.row.columns[i]) for i in cols)
+                old = tuple(column_text(m.change_row.columns[i]) for i in cols) if kind == "UPDATE" else pk
+                if (kind == "INSERT" and pk in keys) or (kind != "INSERT" and old not in keys):
+                    problems.append(f"commit_ts {b.commit_ts}: {kind} {t.table_name} {pk}")
+                if kind != "INSERT":
+                    keys.discard(old)
+                if kind != "DELETE":
+                    keys.add(pk)
+    return problems
+
+
 def catch_up(
-    cluster: Cluster, drainers: list[DrainerProcess], arbiter: ArbiterProcess, broker: TansuBroker, topic: str
+    cluster: Cluster,
+    drainers: list[DrainerProcess],
+    arbiter: ArbiterProcess,
+    broker: TansuBroker,
+    topic: str,
+    decode: Callable[[bytes], Any] | None = None,
+    dml_only: frozenset[tuple[str, str]] = frozenset(),
 ) -> list[Any]:
-    """Drainers past a fresh TSO, the arbiter past the last message of `topic`; that topic's messages."""
+    """Drainers past a fresh TSO, the arbiter past the last message of `topic`; that topic's messages.
+    With `decode` (the original proto's parser), the messages' row changes of the `dml_only` tables are
+    checked against their order first, so a stream that contradicts itself fails here, naming the change,
+    rather than as a downstream error of the arbiter."""
     now = cluster.now()
     for d in drainers:
         cluster.wait_applied(d, now, timeout=CATCH_UP)
     msgs = broker.read_all(topic, timeout=CATCH_UP)
     assert msgs, f"no message in {topic}"
+    if decode is not None:
+        assert replay_problems([decode(m.value()) for m in msgs], set(dml_only))[:5] == []
     arbiter.wait_applied(max(header_ts(m) for m in msgs), CATCH_UP)
     return msgs
 
@@ -299,7 +340,8 @@ def test_drainer_kafka_arbiter_chain_equals_the_upstream(
     for name, r in results.items():
         assert r.crashed == [], (name, r.summary())
 
-    msgs = catch_up(cluster, [drainer_a, drainer_b], arb, broker, topic_a)
+    dml_only = frozenset({(ddl.db_name, "skey"), (ddl.db_name, "ckey"), (bank.db_name, "accounts")})
+    msgs = catch_up(cluster, [drainer_a, drainer_b], arb, broker, topic_a, original, dml_only)
     assert_audit_equal(cluster, db)
     assert ddl.check(db) == []
     assert bank.check(db) == []
@@ -392,7 +434,7 @@ def test_three_kill9s_of_the_drainer_and_of_the_arbiter_lose_nothing(
         assert r.crashed == [], (name, r.summary())
         assert r.stats.committed > 0, (name, r.summary())
 
-    msgs = catch_up(cluster, [drainer], arb, broker, topic)
+    msgs = catch_up(cluster, [drainer], arb, broker, topic, original, frozenset({(bank.db_name, "accounts")}))
     assert_audit_equal(cluster, db)
     assert bank.check(db) == []
     assert sb.check(db) == []
