@@ -30,8 +30,15 @@ only after ``gen-binlog-interval`` = 3 s without writes, as the Go pump).  Targe
 p99 <= 1500 ms in the ``default`` mode.  One JSON object goes to stdout, progress to stderr; exit
 status 1 if a check failed.
 
+``--breakdown`` splits each max-load transaction's lag into its parts: commit() returned -> its commit
+binlog's RPC began (``client_queue``) -> the pump acked it (``commit_rpc``) -> it arrived on a
+PullBinlogs stream of the bench's own from that pump (``pump_release``: what the pump held back) ->
+its row was visible (``drainer``: the drainer's pull, its merge with the idle pump, apply, poll).  It
+reports p50 / p99 of each part, their means over the slowest 1%, and ``hold_ms``: how long each
+transaction held its pump's output (its prewrite RPC began -> its commit binlog's RPC began).
+
 Usage: ``python bench/e2e_lag.py [--downstream mysql|sqlite] [--rate 50] [--duration S] [--runs N]
-[--modes default,original] [--quick]``.
+[--modes default,original] [--breakdown] [--quick]``.
 """
 
 from __future__ import annotations
@@ -94,6 +101,10 @@ class ActivePumpsClient:
         self._async = ThreadPoolExecutor(8, thread_name_prefix="commit-binlog")
         self.async_errors: list[str] = []
         self.writes = [0] * len(pumps)
+        self.commits: dict[int, tuple[int, float, float]] = {}
+        """start_ts -> (commit_ts, monotonic time the commit binlog's RPC began, time the pump acked it)."""
+        self.prewrites: dict[int, float] = {}
+        """start_ts -> monotonic time the prewrite binlog's RPC began."""
 
     def _pump_of(self, start_ts: int) -> int:
         return ((start_ts * 0x9E3779B97F4A7C15) >> 40) % len(self._stubs)
@@ -101,9 +112,14 @@ class ActivePumpsClient:
     def write_binlog(self, b: binlog_pb2.Binlog) -> None:
         i = self._pump_of(b.start_ts)
         req = pump_pb2.WriteBinlogReq(clusterID=self.cluster_id, payload=b.SerializeToString())
+        began = time.monotonic()
         resp = self._stubs[i].WriteBinlog(req, timeout=WRITE_TIMEOUT, wait_for_ready=True)
         if resp.errmsg:
             raise RuntimeError(resp.errmsg)
+        if b.tp == binlog_pb2.Commit:
+            self.commits[b.start_ts] = (b.commit_ts, began, time.monotonic())
+        elif b.tp == binlog_pb2.Prewrite:
+            self.prewrites[b.start_ts] = began
         self.writes[i] += 1
 
     def write_binlog_async(self, b: binlog_pb2.Binlog) -> Future[None]:
@@ -120,6 +136,89 @@ class ActivePumpsClient:
         self._async.shutdown(wait=True)
         for c in self._channels:
             c.close()
+
+
+class StreamWatch:
+    """`--breakdown`: a PullBinlogs stream of its own from each active pump (as a second drainer would
+    pull), noting when each commit_ts first arrives: the time the pump released the binlog."""
+
+    def __init__(self, pumps: Sequence[PumpProcess], cluster_id: int, start_ts: int) -> None:
+        self.arrived: dict[int, float] = {}
+        self.errors: list[str] = []
+        self._calls: list[Any] = []
+        self._channels = [grpc.insecure_channel(p.addr) for p in pumps]
+        self._threads = [
+            threading.Thread(target=self._run, args=(c, cluster_id, start_ts), name="stream-watch", daemon=True)
+            for c in self._channels
+        ]
+        for t in self._threads:
+            t.start()
+
+    def _run(self, channel: grpc.Channel, cluster_id: int, start_ts: int) -> None:
+        req = pump_pb2.PullBinlogReq(clusterID=cluster_id, startFrom=pump_pb2.Pos(offset=start_ts))
+        call = pump_pb2_grpc.PumpStub(channel).PullBinlogs(req)
+        self._calls.append(call)
+        arrived = self.arrived
+        try:
+            for resp in call:
+                now = time.monotonic()
+                ts = binlog_pb2.Binlog.FromString(resp.entity.payload).commit_ts
+                arrived.setdefault(ts, now)
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.CANCELLED:
+                self.errors.append(f"{exc.code().name}: {exc.details()}")
+
+    def close(self) -> None:
+        for call in self._calls:
+            call.cancel()
+        for t in self._threads:
+            t.join(5)
+        for c in self._channels:
+            c.close()
+
+
+def breakdown(
+    ids: list[int], writer: Writer, client: ActivePumpsClient, watch: StreamWatch, seen: dict[int, float]
+) -> dict[str, Any]:
+    """Per transaction, where its lag went (ms): `client_queue` commit() returned -> the commit binlog's
+    RPC began; `commit_rpc` -> the pump acked it; `pump_release` -> it arrived on an independent pull
+    stream; `drainer` -> the row was visible downstream (the drainer's pull, merge, apply, and the
+    poll).  p50 / p99 of each part, and each part's mean over the transactions at or above the lag's
+    p99 (what holds the slowest ones back)."""
+    parts: dict[str, list[float]] = {k: [] for k in ("client_queue", "commit_rpc", "pump_release", "drainer")}
+    rows: list[tuple[float, tuple[float, ...]]] = []
+    for i in ids:
+        start_ts = writer.start_ts.get(i)
+        c = client.commits.get(start_ts) if start_ts is not None else None
+        if c is None or i not in seen:
+            continue
+        commit_ts, began, acked = c
+        pulled = watch.arrived.get(commit_ts)
+        if pulled is None:
+            continue
+        done = writer.committed[i]
+        p = ((began - done) * 1000, (acked - began) * 1000, (pulled - acked) * 1000, (seen[i] - pulled) * 1000)
+        for k, v in zip(parts, p, strict=True):
+            parts[k].append(v)
+        rows.append(((seen[i] - done) * 1000, p))
+    if not rows:
+        return {"txns": 0}
+    # how long each transaction held its pump's watermark: prewrite sent -> commit binlog sent
+    holds = [(c[1] - client.prewrites[st]) * 1000 for st, c in client.commits.items() if st in client.prewrites]
+    cut = percentile([lag for lag, _ in rows], 0.99)
+    slow = [p for lag, p in rows if lag >= cut]
+    return {
+        "txns": len(rows),
+        **{k: {"p50": round(percentile(v, 0.5), 1), "p99": round(percentile(v, 0.99), 1)} for k, v in parts.items()},
+        "slowest_1pct_mean_ms": {k: round(sum(p[n] for p in slow) / len(slow), 1) for n, k in enumerate(parts)},
+        "hold_ms": {
+            "p50": round(percentile(holds, 0.5), 1),
+            "p99": round(percentile(holds, 0.99), 1),
+            "max": round(max(holds), 1),
+        }
+        if holds
+        else None,
+    }
 
 
 # --------------------------------------------------------------------------------------- downstream
@@ -247,6 +346,8 @@ class Writer:
         self.db = db
         self.table = table
         self.committed: dict[int, float] = {}
+        self.start_ts: dict[int, int] = {}
+        """id -> start_ts of the attempt that committed it."""
         self._next = 0
         self._lock = threading.Lock()
         self.errors: list[str] = []
@@ -258,7 +359,12 @@ class Writer:
 
     def one(self) -> int:
         i = self._new_id()
-        self.db.run(lambda txn: txn.insert(self.table, {"id": i, "v": i}))
+
+        def body(txn: Any) -> None:
+            self.start_ts[i] = txn.start_ts
+            txn.insert(self.table, {"id": i, "v": i})
+
+        self.db.run(body)
         self.committed[i] = time.monotonic()
         return i
 
@@ -322,6 +428,7 @@ class LagCluster:
         self.db: Database | None = None
         self.poller: Poller | None = None
         self.writer: Writer | None = None
+        self.watch: StreamWatch | None = None
 
     def start(self) -> None:
         self.etcd.start()
@@ -342,6 +449,8 @@ class LagCluster:
         self.drainer = DrainerProcess(self.base, self.etcd.url, extra_args=[*DRAINER_ARGS, *extra])
         self.drainer.start()
         self.client = ActivePumpsClient(self.pumps[:ACTIVE_PUMPS], cid)
+        if self.args.breakdown:
+            self.watch = StreamWatch(self.pumps[:ACTIVE_PUMPS], cid, start_ts)
         self.db = Database(self.etcd.url, f"sqlite:///{self.base / 'upstream.db'}", client=self.client)
         name = self.downstream.db
         self.db.create_database(name)
@@ -374,6 +483,8 @@ class LagCluster:
     def stop(self) -> None:
         if self.poller is not None:
             self.poller.stop()
+        if self.watch is not None:
+            self.watch.close()
         if self.db is not None:
             with contextlib.suppress(Exception):
                 self.db.close()
@@ -440,6 +551,10 @@ def measure(cluster: LagCluster, args: argparse.Namespace, errors: list[str], la
     first = len(poller.periods)
     ids, elapsed = writer.flat_out(args.max_threads, args.duration)
     flat = lag_of(cluster, ids, elapsed, first_poll=first, errors=errors, what=f"{label} max")
+    if cluster.watch is not None and cluster.client is not None:
+        flat["breakdown"] = breakdown(ids, writer, cluster.client, cluster.watch, poller.seen)
+        if cluster.watch.errors:
+            errors.append(f"{label}: breakdown pull streams failed: {cluster.watch.errors[:3]}")
     if writer.errors:
         errors.append(f"{label}: writer errors: {writer.errors[:3]}")
     client = cluster.client
@@ -468,6 +583,16 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "lag_max_ms": med("max"),
             "poll_period_ms": round(median([r["poll_period_ms"] for r in rs]), 2),
         }
+        parts = [r["breakdown"] for r in rs if r.get("breakdown", {}).get("txns")]
+        if parts:
+            out[load]["breakdown_median_ms"] = {
+                k: {q: round(median([b[k][q] for b in parts]), 1) for q in ("p50", "p99")}
+                for k in ("client_queue", "commit_rpc", "pump_release", "drainer")
+            }
+            out[load]["slowest_1pct_mean_ms"] = {
+                k: round(median([b["slowest_1pct_mean_ms"][k] for b in parts]), 1)
+                for k in ("client_queue", "commit_rpc", "pump_release", "drainer")
+            }
     out["runs"] = runs
     return out
 
@@ -503,6 +628,11 @@ def main() -> int:
     ap.add_argument("--modes", default="default,original", help=f"comma-separated, of {sorted(MODES)}")
     ap.add_argument("--poll-interval", type=float, default=0.002, help="sleep between polls, s (default 0.002)")
     ap.add_argument("--pump-args", default="", help="extra pump flags for every mode, space-separated")
+    ap.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="split each max-load transaction's lag into its parts (an extra pull stream from each active pump)",
+    )
     ap.add_argument("--quick", action="store_true", help="smoke run: 1 run of 5 s per load")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (data and logs)")
     args = ap.parse_args()

@@ -129,6 +129,8 @@ class StatusSessions(Protocol):
 
     def status_session(self) -> Session: ...
 
+    def status_write(self) -> contextlib.AbstractContextManager[object]: ...
+
 
 def prewrite_key(table_id: int, handle: int) -> bytes:
     """The transaction's primary key in TiDB's record-key shape ``t{table_id}_r{handle}`` (comparable ints)."""
@@ -382,7 +384,8 @@ class Committer:
         if s is None:
             s = self._store.status_session()
         try:
-            fn(s)
+            with self._store.status_write():
+                fn(s)
         except BaseException:
             with contextlib.suppress(Exception):
                 s.close()

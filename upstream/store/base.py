@@ -209,6 +209,11 @@ class Store(abc.ABC):
         """A session for txn-status rows written outside a data transaction (autocommit)."""
         return self.session()
 
+    def status_write(self) -> contextlib.AbstractContextManager[object]:
+        """Held around each txn-status write of a status session (sqlite: its turn for the one write
+        lock, see upstream.store.sqlite); nothing by default."""
+        return contextlib.nullcontext()
+
     @abc.abstractmethod
     def dialect(self) -> Dialect: ...
 
