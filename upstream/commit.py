@@ -39,9 +39,12 @@ sqlite has one writer: the status row is written first, on the caller thread whi
 P-binlog is in flight (tens of µs: not fsynced, see :mod:`upstream.store.sqlite`), then the
 data transaction takes the write lock and keeps it while it waits for the pump.  Waiting for
 the P-binlog before taking the lock when other threads want it measured worse (+340% vs
-+130% p50 at 8 threads): sqlite's busy handler sleeps in steps of 1-100 ms, so a shorter
-hold does not make a shorter wait.  (A mutex queueing this process's writers instead of the
-busy handler cost throughput: with the GIL, a queue of 8 threads convoys.)
++130% p50 at 8 threads, with sqlite's busy handler, which slept in steps of 1-100 ms).  This
+process's writers now take the lock in turn, first come first served
+(:class:`upstream.store.sqlite.WriteTurns`).  That cut the longest wait of a transaction whose
+P-binlog was already on a pump from 1.5 s to about 50 ms (bench/e2e_lag.py --breakdown), with
+throughput unchanged (bench/writer.py --store sqlite: 223 / 259 txn/s at 1 / 8 threads, against
+227 / 260 before).
 
 Rows are locked in (table id, handle) order, so two prewrites never deadlock on each other.
 

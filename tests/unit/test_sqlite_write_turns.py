@@ -118,3 +118,47 @@ def test_a_status_write_waits_for_the_open_data_transaction(tmp_path: Path) -> N
     t.join(10)
     assert entered.is_set()
     s.close()
+
+
+class _InterruptedEvent(threading.Event):
+    def wait(self, timeout: float | None = None) -> bool:
+        raise KeyboardInterrupt
+
+
+def test_an_interrupted_waiter_leaves_the_queue(monkeypatch: pytest.MonkeyPatch) -> None:
+    turns = WriteTurns()
+    turns.acquire(5)
+    monkeypatch.setattr("upstream.store.sqlite.threading.Event", _InterruptedEvent)
+    with pytest.raises(KeyboardInterrupt):
+        turns.acquire(5)
+    monkeypatch.undo()
+    with turns._lock:
+        assert len(turns._queue) == 1  # only the holder
+    turns.release()
+    turns.acquire(0.1)  # free again
+    turns.release()
+
+
+def test_an_interrupted_waiter_whose_turn_came_passes_it_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    turns = WriteTurns()
+    monkeypatch.setattr("upstream.store.sqlite.threading.Event", _InterruptedEvent)
+    with pytest.raises(KeyboardInterrupt):
+        turns.acquire(5)  # first in the queue: its event was set before the interrupted wait
+    monkeypatch.undo()
+    with turns._lock:
+        assert not turns._queue
+    turns.acquire(0.1)
+    turns.release()
+
+
+def test_a_commit_that_fails_ends_its_turn(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "up.db", f"sqlite:///{tmp_path / 'up.db'}")
+    s = store.session()
+    s.begin()
+    s.conn.close()
+    with pytest.raises(Exception, match="closed"):
+        s.commit()
+    other = store.session()
+    other.begin()
+    other.rollback()
+    other.close()

@@ -66,13 +66,25 @@ class WriteTurns:
             self._queue.append(mine)
             if len(self._queue) == 1:
                 mine.set()
-        if mine.wait(timeout):
+        try:
+            got = mine.wait(timeout)
+        except BaseException:  # interrupted (KeyboardInterrupt): leave the queue, passing on a turn that came
+            self._leave(mine)
+            raise
+        if got:
             return
         with self._lock:
             if mine.is_set():  # the turn came as the wait ended
                 return
             self._queue.remove(mine)
         raise LockConflictError(f"sqlite: waited {timeout:.0f}s for the write lock (other writers of this process)")
+
+    def _leave(self, mine: threading.Event) -> None:
+        with self._lock:
+            if not mine.is_set():
+                self._queue.remove(mine)
+                return
+        self.release()
 
     def release(self) -> None:
         with self._lock:
