@@ -85,6 +85,8 @@ TABLE = "t"
 CATCH_UP_TIMEOUT = 60.0
 WRITE_TIMEOUT = 30.0
 START_ATTEMPTS = 3
+LAG_PARTS = ("client_queue", "commit_rpc", "pump_release", "drainer")
+"""The parts of a transaction's lag that `--breakdown` reports, in order (see `breakdown`)."""
 
 
 # ------------------------------------------------------------------------------------ pump client
@@ -185,7 +187,7 @@ def breakdown(
     stream; `drainer` -> the row was visible downstream (the drainer's pull, merge, apply, and the
     poll).  p50 / p99 of each part, and each part's mean over the transactions at or above the lag's
     p99 (what holds the slowest ones back)."""
-    parts: dict[str, list[float]] = {k: [] for k in ("client_queue", "commit_rpc", "pump_release", "drainer")}
+    parts: dict[str, list[float]] = {k: [] for k in LAG_PARTS}
     rows: list[tuple[float, tuple[float, ...]]] = []
     for i in ids:
         start_ts = writer.start_ts.get(i)
@@ -586,12 +588,10 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
         parts = [r["breakdown"] for r in rs if r.get("breakdown", {}).get("txns")]
         if parts:
             out[load]["breakdown_median_ms"] = {
-                k: {q: round(median([b[k][q] for b in parts]), 1) for q in ("p50", "p99")}
-                for k in ("client_queue", "commit_rpc", "pump_release", "drainer")
+                k: {q: round(median([b[k][q] for b in parts]), 1) for q in ("p50", "p99")} for k in LAG_PARTS
             }
             out[load]["slowest_1pct_mean_ms"] = {
-                k: round(median([b["slowest_1pct_mean_ms"][k] for b in parts]), 1)
-                for k in ("client_queue", "commit_rpc", "pump_release", "drainer")
+                k: round(median([b["slowest_1pct_mean_ms"][k] for b in parts]), 1) for k in LAG_PARTS
             }
     out["runs"] = runs
     return out

@@ -27,6 +27,10 @@ def wait_queued(turns: WriteTurns, n: int) -> None:
     raise AssertionError(f"{n} writers never queued")
 
 
+def new_store(tmp_path: Path) -> SqliteStore:
+    return SqliteStore(tmp_path / "up.db", f"sqlite:///{tmp_path / 'up.db'}")
+
+
 def test_turns_are_taken_in_arrival_order() -> None:
     turns = WriteTurns()
     turns.acquire(5)
@@ -74,7 +78,7 @@ def test_a_waiter_that_times_out_leaves_the_queue_and_the_next_one_still_gets_it
 
 @pytest.mark.parametrize("end", ["commit", "rollback", "close"])
 def test_every_end_of_a_data_transaction_ends_its_turn(tmp_path: Path, end: str) -> None:
-    store = SqliteStore(tmp_path / "up.db", f"sqlite:///{tmp_path / 'up.db'}")
+    store = new_store(tmp_path)
     s = store.session()
     s.begin()
     s.execute("CREATE TABLE t (a INT)")
@@ -89,7 +93,7 @@ def test_every_end_of_a_data_transaction_ends_its_turn(tmp_path: Path, end: str)
 
 
 def test_a_begin_that_fails_ends_its_turn(tmp_path: Path) -> None:
-    store = SqliteStore(tmp_path / "up.db", f"sqlite:///{tmp_path / 'up.db'}")
+    store = new_store(tmp_path)
     s = store.session()
     s.conn.close()  # BEGIN IMMEDIATE on a closed connection fails
     with pytest.raises(Exception, match="closed"):
@@ -101,7 +105,7 @@ def test_a_begin_that_fails_ends_its_turn(tmp_path: Path) -> None:
 
 
 def test_a_status_write_waits_for_the_open_data_transaction(tmp_path: Path) -> None:
-    store = SqliteStore(tmp_path / "up.db", f"sqlite:///{tmp_path / 'up.db'}")
+    store = new_store(tmp_path)
     s = store.session()
     s.begin()
     entered = threading.Event()
@@ -152,7 +156,7 @@ def test_an_interrupted_waiter_whose_turn_came_passes_it_on(monkeypatch: pytest.
 
 
 def test_a_commit_that_fails_ends_its_turn(tmp_path: Path) -> None:
-    store = SqliteStore(tmp_path / "up.db", f"sqlite:///{tmp_path / 'up.db'}")
+    store = new_store(tmp_path)
     s = store.session()
     s.begin()
     s.conn.close()
