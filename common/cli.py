@@ -51,6 +51,17 @@ def positive_int(text: str) -> int:
     return n
 
 
+def positive_float(text: str) -> float:
+    """An argparse `type`: a finite number above 0, or a one-line usage error."""
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < x < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return x
+
+
 def non_negative_int(text: str) -> int:
     """An argparse `type`: an integer of 0 or more, or a one-line usage error."""
     n = _int_arg(text)

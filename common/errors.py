@@ -85,3 +85,8 @@ class NotOnlineError(UnavailableError):
 
 class StorageClosedError(StorageError):
     """The storage is closed (shutting down)."""
+
+
+class PumpReadError(BinlogError):
+    """A pump's commit_ts window cannot be read completely over gRPC: unreachable, garbage-collected,
+    silent or sending garbage (`common.pull`)."""

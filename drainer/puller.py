@@ -51,6 +51,7 @@ from google.protobuf.message import DecodeError
 from common.errors import CodecError
 from common.pb import pump_pb2
 from common.pb.wire import pull_entity, split_binlog
+from common.pull import PULL_METHOD, STREAM_WINDOW_BYTES
 from common.tls import TLS, connect_hint
 from drainer.errors import PullerError
 from drainer.malloc import trim
@@ -78,11 +79,7 @@ FAILURE_LOG_INTERVAL: Final = 30.0
 _PUT_SLICE: Final = 0.2
 """A blocked `Merger.put` re-checks whether the puller is closing this often."""
 
-STREAM_WINDOW_BYTES: Final = 4 << 20
-"""HTTP/2 read-ahead of a pull stream (grpc's default with BDP probing off is 64 KiB, too small for a
-remote pump: 4 MiB per round trip is 80 MB/s at 50 ms)."""
 COMPRESSORS: Final[dict[str, grpc.Compression | None]] = {"": None, "gzip": grpc.Compression.Gzip}
-PULL_METHOD: Final = "/binlog.Pump/PullBinlogs"
 
 
 class Puller:

@@ -66,6 +66,7 @@ from google.protobuf.message import DecodeError
 
 from common.errors import BinlogError, NoSpaceError, StorageClosedError
 from common.pb import binlog_pb2, gogo, pump_pb2
+from common.pull import GC_TS_METADATA
 from common.registry import NodeState
 from common.tls import TLS
 from pump import validate
@@ -489,7 +490,14 @@ class PumpService:
         context.add_done_callback(lambda _: stop.set())  # type: ignore[arg-type]  # grpc-stubs: a class
         offset = request.startFrom.offset
         peer = context.peer()
+        gc_ts = self._storage.gc_ts()
+        if offset < gc_ts:
+            log.warning("pull binlogs from %s: start after commit_ts=%d is below the gc ts %d", peer, offset, gc_ts)
         log.info("pull binlogs from %s: start after commit_ts=%d", peer, offset)
+        # What this pump still holds, for a reader that must not miss anything (binlog-spark replay
+        # --from-pump-addrs): commits at or below the gc ts may be gone.  The original's drainer
+        # ignores metadata it does not know.
+        await context.send_initial_metadata(((GC_TS_METADATA, str(gc_ts)),))
         loop = asyncio.get_running_loop()
         feed = _Feed(loop, PULL_FEED_BYTES, stop)
         label = FAIL

@@ -2,6 +2,7 @@
 `spark_jobs.audit.cli`).
 
     binlog-spark replay --from-pumps DIR [DIR...] | --from-files DIR
+                        | --from-pump-addrs HOST:PORT [...] | --from-cluster   (live pumps, over gRPC)
                         --to mysql://user:pass@host:port | --to sqlite:///path.db | --to-parquet DIR
                         [--pd-urls URL | --ddl-history FILE] [--start-ts TS] [--stop-ts TS]
                         [--tables db.t,...] [--db-prefix P] [--master local[*]] [--log-level warn]
@@ -26,7 +27,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Final
 
-from common.cli import MissingExtraError, fail, import_extra, positive_int
+from common.cli import MissingExtraError, fail, import_extra, positive_float, positive_int
 from common.config import run_command
 from common.config.cli import ArgumentParser
 from common.errors import BinlogError, ConfigError
@@ -96,6 +97,8 @@ def _add_common(p: argparse.ArgumentParser, *, top: bool) -> None:
 
 
 def _add_replay(sub: Any) -> None:
+    from common.pull import DEFAULT_IDLE_TIMEOUT
+    from spark_jobs.readers.pump_net import DEFAULT_WINDOWS_PER_PUMP
     from spark_jobs.readers.ranges import DEFAULT_SPLIT_SIZE
     from spark_jobs.replay.write import DEFAULT_BATCH_ROWS
 
@@ -111,6 +114,32 @@ def _add_replay(sub: Any) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--from-pumps", nargs="+", metavar="DIR", help="pump data directories (value/*.vlog)")
     src.add_argument("--from-files", metavar="DIR", help="a drainer file-sink directory (binlog-* files)")
+    src.add_argument(
+        "--from-pump-addrs",
+        nargs="+",
+        metavar="HOST:PORT",
+        help="live pumps' gRPC addresses: their history is read with PullBinlogs, no pump disk needed",
+    )
+    src.add_argument("--from-cluster", action="store_true", help="live pumps, as registered in the etcd of --pd-urls")
+    net = p.add_argument_group("reading live pumps (--from-pump-addrs, --from-cluster)")
+    net.add_argument("--cluster-id", type=_ts, metavar="ID", help="the cluster id (default: read from --pd-urls)")
+    net.add_argument(
+        "--windows-per-pump",
+        type=positive_int,
+        default=DEFAULT_WINDOWS_PER_PUMP,
+        metavar="N",
+        help=f"read tasks per pump, each a slice of the commit_ts window (default {DEFAULT_WINDOWS_PER_PUMP})",
+    )
+    net.add_argument(
+        "--pull-timeout",
+        type=positive_float,
+        default=DEFAULT_IDLE_TIMEOUT,
+        metavar="SECONDS",
+        help=f"fail when a pump sends nothing for this long (default {DEFAULT_IDLE_TIMEOUT:g})",
+    )
+    net.add_argument("--ssl-ca", default="", metavar="FILE", help="CA certificate of TLS pumps (PEM)")
+    net.add_argument("--ssl-cert", default="", metavar="FILE", help="client certificate for TLS pumps (PEM)")
+    net.add_argument("--ssl-key", default="", metavar="FILE", help="its key (PEM)")
     p.add_argument("--to", metavar="URL", help="mysql://user:pass@host:port or sqlite:///path.db")
     p.add_argument("--to-parquet", metavar="DIR", help="write the final images as parquet files instead")
     p.add_argument("--db-prefix", default="", metavar="P", help="MySQL target: write database d as P+d")
@@ -118,7 +147,12 @@ def _add_replay(sub: Any) -> None:
     hist.add_argument("--pd-urls", metavar="URL", help="etcd of the cluster (reads the DDL history)")
     hist.add_argument("--ddl-history", metavar="FILE", help="a DDL history export (binlog-spark export-ddl)")
     p.add_argument("--start-ts", type=_ts, metavar="TS", help="only changes committed after TS")
-    p.add_argument("--stop-ts", type=_ts, metavar="TS", help="only changes committed at or before TS")
+    p.add_argument(
+        "--stop-ts",
+        type=_ts,
+        metavar="TS",
+        help="only changes committed at or before TS (live pumps: default a fresh TSO from --pd-urls)",
+    )
     p.add_argument("--tables", type=_tables, action="extend", metavar="DB.T,...", help="only these tables")
     p.add_argument(
         "--split-size",
@@ -214,6 +248,8 @@ def replay_main(args: argparse.Namespace) -> int:
             batch_rows=args.batch_rows,
             files_tz=args.files_tz,
         )
+        if args.from_pump_addrs or args.from_cluster:
+            opts = _live_pumps(opts, args)
         opts.check()
         _check_source(opts)
         jobs = load_history(pd_urls=opts.pd_urls, ddl_file=opts.ddl_file)
@@ -232,7 +268,30 @@ def replay_main(args: argparse.Namespace) -> int:
     return 0
 
 
+def _live_pumps(opts: Any, args: argparse.Namespace) -> Any:
+    """`opts` with the windows of the live pumps (probed; stop-ts fixed) for --from-pump-addrs / --from-cluster."""
+    from dataclasses import replace
+
+    from common.tls import client_tls_from_flags
+    from spark_jobs.readers.pump_net import live_windows
+
+    tls = client_tls_from_flags(args.ssl_ca, args.ssl_cert, args.ssl_key)  # ConfigError: one line, exit 2
+    windows, stop_ts = live_windows(
+        addrs=args.from_pump_addrs,
+        pd_urls=args.pd_urls,
+        cluster_id=args.cluster_id,
+        start_ts=args.start_ts,
+        stop_ts=args.stop_ts,
+        per_pump=args.windows_per_pump,
+        tls=tls,
+        idle_timeout=args.pull_timeout,
+    )
+    return replace(opts, pump_windows=tuple(windows), stop_ts=stop_ts)
+
+
 def _check_source(opts: Any) -> None:
+    if opts.pump_windows:
+        return  # probed by _live_pumps
     if opts.pump_dirs:
         from spark_jobs.readers.pump import find_pump_dirs
 

@@ -79,8 +79,12 @@ def make_session(
     *,
     log_level: str = DEFAULT_LOG_LEVEL,
     ui: bool = False,
+    ship_code: bool | None = None,
 ) -> SparkSession:
     """Build (or return the running) SparkSession with this project's defaults.
+
+    `ship_code` (default: on for any master but `local`): zip this project's packages and ship them to
+    the executors (`spark_jobs.ship`), so a cluster runs the driver's version of the code.
 
     `getOrCreate` returns an existing session when one runs in this process (the
     shared test session); its static settings cannot change then, so a caller that
@@ -99,5 +103,20 @@ def make_session(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level.upper())
+    if ship_code if ship_code is not None else local_cores(master) is None:
+        _ship(spark)
     log.info("spark session up: master=%s app=%s", master, app_name)
     return spark
+
+
+def _ship(spark: SparkSession) -> None:
+    """Zip the project's packages into a directory removed at exit and add the zip to the job."""
+    import atexit
+    import shutil
+    import tempfile
+
+    from spark_jobs.ship import package_zip
+
+    tmp = tempfile.mkdtemp(prefix="binlog-spark-code-")
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)
+    spark.sparkContext.addPyFile(str(package_zip(tmp)))

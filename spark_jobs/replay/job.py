@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from common.pull import PumpWindow
 from common.schema.infoschema import InfoSchema
 from common.schema.model import Job
 from spark_jobs.errors import InputError
@@ -45,6 +46,8 @@ class ReplayOptions:
     target: Target | None
     pump_dirs: tuple[str, ...] = ()
     files_dir: str | None = None
+    pump_windows: tuple[PumpWindow, ...] = ()
+    """Live pumps read over gRPC: the windows `readers.pump_net.plan_windows` cut (stop_ts is set then)."""
     pd_urls: str | None = None
     ddl_file: str | None = None
     start_ts: int | None = None
@@ -56,8 +59,10 @@ class ReplayOptions:
     files_tz: str | None = None
 
     def check(self) -> None:
-        if bool(self.pump_dirs) == bool(self.files_dir):
-            raise InputError("give exactly one of --from-pumps DIR... and --from-files DIR")
+        if sum(map(bool, (self.pump_dirs, self.files_dir, self.pump_windows))) != 1:
+            raise InputError(
+                "give exactly one of --from-pumps DIR..., --from-files DIR and --from-pump-addrs / --from-cluster"
+            )
         if self.start_ts is not None and self.stop_ts is not None and self.start_ts >= self.stop_ts:
             raise InputError(f"--start-ts {self.start_ts} is not below --stop-ts {self.stop_ts}")
         for name in self.tables:
@@ -170,9 +175,18 @@ class _Accumulators:
     counter: Any
 
 
+Read = tuple["DataFrame", list[ScheduledJob], InfoSchema, list[FinalTable], Callable[[], None]]
+"""What a source's reader gives: the changes, the DDL schedule, the schema at stop-ts, the tables to
+replay, and what to call once the compacted rows are materialized (frees what the read cached)."""
+
+
+def _nothing() -> None:
+    pass
+
+
 def _from_pumps(
     spark: SparkSession, opts: ReplayOptions, jobs: list[Job], acc: _Accumulators, progress: Progress
-) -> tuple[DataFrame, list[ScheduledJob], InfoSchema, list[FinalTable]]:
+) -> Read:
     from spark_jobs.readers.pump import find_pump_dirs, pump_ranges
     from spark_jobs.readers.pump_changes import DecodePlan, Window, index_range, merge_index, pump_changes
 
@@ -195,12 +209,13 @@ def _from_pumps(
         Window(opts.start_ts, opts.stop_ts),
         frozenset(t.table_id for t in tables),
     )
-    return pump_changes(spark, ranges, sc.broadcast(plan), acc.errors, acc.counter), schedule, schema, tables
+    changes = pump_changes(spark, ranges, sc.broadcast(plan), acc.errors, acc.counter)
+    return changes, schedule, schema, tables, _nothing
 
 
 def _from_files(
     spark: SparkSession, opts: ReplayOptions, jobs: list[Job], acc: _Accumulators, progress: Progress
-) -> tuple[DataFrame, list[ScheduledJob], InfoSchema, list[FinalTable]]:
+) -> Read:
     from spark_jobs.readers.files import FilesPlan, file_ranges, files_changes, scan_ddl
 
     assert opts.files_dir is not None
@@ -225,7 +240,56 @@ def _from_files(
         frozenset(t.table_id for t in tables),
         opts.files_tz,
     )
-    return files_changes(spark, ranges, sc.broadcast(plan), acc.errors, acc.counter), schedule, schema, tables
+    changes = files_changes(spark, ranges, sc.broadcast(plan), acc.errors, acc.counter)
+    return changes, schedule, schema, tables, _nothing
+
+
+def _from_pump_addrs(
+    spark: SparkSession, opts: ReplayOptions, jobs: list[Job], acc: _Accumulators, progress: Progress
+) -> Read:
+    """One pass over the network: the tagged rows of every window, persisted; DDL commits and counts
+    collected from them, the changes made a DataFrame of them."""
+    from pyspark import StorageLevel
+
+    from spark_jobs.readers.changes import CHANGE_DDL, Change, counted
+    from spark_jobs.readers.pump_net import CHANGE, DDL, NetPlan, Tagged, change_of, window_rows
+
+    sc = spark.sparkContext
+    windows = list(opts.pump_windows)
+    plan = sc.broadcast(NetPlan(tuple(j.to_json() for j in jobs)))
+    errors, counter = acc.errors, acc.counter
+    rows = sc.parallelize(windows, len(windows)).flatMap(lambda w: window_rows(w, plan.value, errors))
+    rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
+    small = rows.filter(lambda r: r[0] != CHANGE).collect()
+    ddl: dict[int, int] = {}
+    commits = ddl_count = size = 0
+    for tag, value in small:
+        if tag == DDL:
+            job_id, ts = value
+            ddl[job_id] = max(ts, ddl.get(job_id, 0))
+        else:
+            commits += value[0]
+            ddl_count += value[1]
+            size += value[2]
+    pumps = len({w.name for w in windows})
+    progress(
+        "index",
+        f"{commits:,} committed txns and {ddl_count} DDL ({size / 1e6:,.1f} MB) pulled from {pumps} pump(s) over "
+        f"gRPC in {len(windows)} window(s) up to stop-ts {opts.stop_ts}",
+    )
+    schedule, schema = _schedule(jobs, ddl, opts)
+    tables = select_tables(schema, opts.tables)
+    keep = frozenset(t.table_id for t in tables)  # counted as the other readers count: tables replayed only
+
+    def kept(part: Iterable[Tagged]) -> Iterator[Change]:
+        return counted((change_of(r) for r in part if r[0] == CHANGE and r[1][2] in keep), counter)
+
+    changes = spark.createDataFrame(rows.mapPartitions(kept), CHANGE_DDL)
+
+    def release() -> None:
+        rows.unpersist()
+
+    return changes, schedule, schema, tables, release
 
 
 def read_decode_compact(
@@ -236,8 +300,8 @@ def read_decode_compact(
 
     sc = spark.sparkContext
     acc = _Accumulators(damage_accumulator(sc), damage_accumulator(sc), sc.accumulator(0))
-    read = _from_pumps if opts.pump_dirs else _from_files
-    changes, schedule, schema, tables = read(spark, opts, jobs, acc, progress)
+    read = _from_pump_addrs if opts.pump_windows else _from_pumps if opts.pump_dirs else _from_files
+    changes, schedule, schema, tables, release = read(spark, opts, jobs, acc, progress)
     progress(
         "schema",
         f"{len(schedule)} DDL jobs, schema version {schema.version} at stop-ts, {len(tables)} table(s) to replay",
@@ -245,6 +309,7 @@ def read_decode_compact(
     final = compact(changes, start_ts=opts.start_ts, stop_ts=opts.stop_ts, keep_tables=[t.table_id for t in tables])
     final = final.persist(StorageLevel.MEMORY_AND_DISK)
     final_rows = final.count()
+    release()
     n = int(acc.counter.value)
     progress("decode+compact", f"{n:,} row changes -> {final_rows:,} final rows and tombstones")
     return Decoded(final, tables, schema, n, final_rows, acc.damage.value, acc.errors.value)

@@ -21,8 +21,8 @@ from common.etcd import EtcdClient
 from common.pb import pump_pb2
 from common.pb.wire import pull_entity, split_binlog
 from common.pd_client import wait_cluster_id
+from common.pull import PULL_METHOD
 
-PULL_METHOD: Final = "/binlog.Pump/PullBinlogs"
 MAX_MESSAGE: Final = (1 << 31) - 1
 
 
