@@ -23,6 +23,15 @@ Measured:
   empty database; timed from the first read to the last flush (the pull over gRPC is not included,
   which favours the drainer).  `replay_vs_drainer` = replay rows/s / drainer rows/s (target > 1).
 
+* `network`: read-decode-compact at `local[2]` reading the same history from live pumps over gRPC
+  (`--from-pump-addrs`: etcd, pd-server and two pump processes started on the two data directories,
+  which index the value logs once at start, before any clock) against reading the value-log files,
+  runs alternating file / network; `ratio` = median of the per-pair ratios network / file (target
+  >= 0.5).
+* `standalone`: read-decode-compact from the files on a real standalone cluster (a master and two
+  workers of one core each, `tools.sparkcluster`) against `local[2]`, alternating; `ratio` = median
+  of the per-pair ratios standalone / local[2].
+
 Both results are checked against the generator's model (row count and SUM(k)).  One JSON object on
 stdout, progress on stderr, exit status 1 if a check failed.
 
@@ -58,6 +67,8 @@ from upstream.mutation import MutationLog
 from upstream.workloads.gen import sysbench_text
 
 TARGET_SPEEDUP = 1.5
+TARGET_NETWORK = 0.5
+PUMP_ARGS = ["--gen-binlog-interval", "1", "--heartbeat-interval", "1"]
 BENCH_CONF = {"spark.ui.showConsoleProgress": "false", "spark.driver.memory": "2g"}
 VLOG_FILE_SIZE = 64 << 20
 COLUMNS = [
@@ -202,25 +213,111 @@ def _check(server: dict[str, Any], physical_db: str, h: History) -> str | None:
 
 # ------------------------------------------------------------------------------------------ runs
 def measure_rdc(h: History, master: str, runs: int, split: int) -> list[float]:
-    from spark_jobs.replay.job import ReplayOptions, read_decode_compact
+    from spark_jobs.replay.job import ReplayOptions
     from spark_jobs.session import make_session
 
     spark = make_session(master, app_name="spark-replay-bench", log_level="ERROR", conf=BENCH_CONF)
-    out = []
     try:
         opts = ReplayOptions(None, pump_dirs=tuple(h.pumps), split_size=split)
-        for i in range(runs):
-            t0 = time.perf_counter()
-            d = read_decode_compact(spark, opts, h.jobs)
-            secs = time.perf_counter() - t0
-            d.final.unpersist()
-            if d.changes != h.changes:
-                raise RuntimeError(f"{master}: decoded {d.changes} row changes, generated {h.changes}")
-            out.append(h.changes / secs)
-            log(f"read-decode-compact {master} run {i + 1}: {secs:.1f} s, {out[-1]:,.0f} row changes/s")
+        return [_rdc_once(spark, h, opts, f"{master} run {i + 1}") for i in range(runs)]
     finally:
         spark.stop()
-    return out
+
+
+def _rdc_once(spark: Any, h: History, opts: Any, what: str) -> float:
+    """One read-decode-compact; row changes/s, checked against the history."""
+    from spark_jobs.replay.job import read_decode_compact
+
+    t0 = time.perf_counter()
+    d = read_decode_compact(spark, opts, h.jobs)
+    secs = time.perf_counter() - t0
+    d.final.unpersist()
+    if d.changes != h.changes:
+        raise RuntimeError(f"{what}: decoded {d.changes} row changes, generated {h.changes}")
+    log(f"read-decode-compact {what}: {secs:.1f} s, {h.changes / secs:,.0f} row changes/s")
+    return h.changes / secs
+
+
+def _pairs(a: list[float], b: list[float]) -> dict[str, Any]:
+    ratios = [y / x for x, y in zip(a, b, strict=True)]
+    return {"ratio": round(median(ratios), 3), "pair_ratios": [round(r, 3) for r in ratios]}
+
+
+class LivePumps:
+    """etcd, pd-server and one pump process per data directory of the history (they serve it over gRPC)."""
+
+    def __init__(self, h: History, base: Path) -> None:
+        from tools.localcluster import EtcdProcess, PDProcess, PumpProcess
+
+        self.etcd = EtcdProcess(base)
+        self.pd = PDProcess(base, self.etcd.url)
+        self.pumps = [PumpProcess(base, self.etcd.url, name=Path(d).name, extra_args=PUMP_ARGS) for d in h.pumps]
+        for d, p in zip(h.pumps, self.pumps, strict=True):
+            if Path(d) != p.data_dir:
+                raise RuntimeError(f"pump data dir {p.data_dir} is not the history's {d}")
+
+    def start(self) -> None:
+        self.etcd.start()
+        self.pd.start()
+        for p in self.pumps:
+            p.start(timeout=600)  # a pump indexes the value logs it finds before it is online
+
+    def stop(self) -> None:
+        for p in self.pumps:
+            p.stop()
+        self.pd.stop()
+        self.etcd.stop()
+
+
+def measure_network(h: History, live: LivePumps, runs: int, split: int) -> dict[str, Any]:
+    """File read vs network read on one local[2] session, alternating."""
+    from spark_jobs.readers.pump_net import live_windows
+    from spark_jobs.replay.job import ReplayOptions
+    from spark_jobs.session import make_session
+
+    windows, stop_ts = live_windows(
+        addrs=[p.addr for p in live.pumps], pd_urls=live.etcd.url, cluster_id=None, start_ts=None, stop_ts=None
+    )
+    files = ReplayOptions(None, pump_dirs=tuple(h.pumps), split_size=split, stop_ts=stop_ts)
+    net = ReplayOptions(None, pump_windows=tuple(windows), stop_ts=stop_ts)
+    spark = make_session("local[2]", app_name="spark-replay-bench", log_level="ERROR", conf=BENCH_CONF)
+    a: list[float] = []
+    b: list[float] = []
+    try:
+        for i in range(runs):
+            a.append(_rdc_once(spark, h, files, f"files run {i + 1}"))
+            b.append(_rdc_once(spark, h, net, f"network run {i + 1} ({len(windows)} windows)"))
+    finally:
+        spark.stop()
+    return {
+        "files_rows_per_s": round(median(a)),
+        "network_rows_per_s": round(median(b)),
+        **_pairs(a, b),
+        "target_ratio": TARGET_NETWORK,
+        "windows": len(windows),
+    }
+
+
+def measure_standalone(h: History, base: Path, runs: int, split: int) -> dict[str, Any]:
+    """The files read on local[2] vs a master and two one-core workers, alternating (one session at a time)."""
+    from tools.sparkcluster import StandaloneCluster
+
+    from spark_jobs.replay.job import ReplayOptions
+    from spark_jobs.session import make_session
+
+    opts = ReplayOptions(None, pump_dirs=tuple(h.pumps), split_size=split)
+    a: list[float] = []
+    b: list[float] = []
+    with StandaloneCluster(base / "spark-cluster") as cluster:
+        conf = {**BENCH_CONF, **cluster.driver_conf()}
+        for i in range(runs):
+            for master, out in (("local[2]", a), (cluster.master_url, b)):
+                spark = make_session(master, app_name="spark-replay-bench", log_level="ERROR", conf=conf)
+                try:
+                    out.append(_rdc_once(spark, h, opts, f"{master} run {i + 1}"))
+                finally:
+                    spark.stop()
+    return {"local[2]_rows_per_s": round(median(a)), "standalone_rows_per_s": round(median(b)), **_pairs(a, b)}
 
 
 def measure_replay(h: History, server: dict[str, Any], split: int, errors: list[str]) -> dict[str, Any]:
@@ -326,6 +423,8 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--dir", help="where to write the history (default: a temp dir, deleted at the end)")
     ap.add_argument("--skip-drainer", action="store_true", help="do not run the drainer baseline")
+    ap.add_argument("--skip-network", action="store_true", help="do not run the network-read comparison")
+    ap.add_argument("--skip-standalone", action="store_true", help="do not run the standalone-cluster comparison")
     ap.add_argument("--quick", action="store_true", help="smoke run: 20000 row changes, 1 run, 1 MiB splits")
     args = ap.parse_args()
     if args.quick:
@@ -344,6 +443,17 @@ def main() -> int:
         one, two = median(rdc["local[1]"]), median(rdc["local[2]"])
         replay = measure_replay(h, server, args.split_size, errors)
         drainer = None if args.skip_drainer else measure_drainer(h, server, errors)
+        standalone = None if args.skip_standalone else measure_standalone(h, base, args.runs, args.split_size)
+        network = None
+        if not args.skip_network:
+            live = LivePumps(h, base)
+            try:
+                t1 = time.perf_counter()
+                live.start()
+                log(f"pumps online on the history: {time.perf_counter() - t1:.0f} s")
+                network = measure_network(h, live, args.runs, args.split_size)
+            finally:
+                live.stop()
     finally:
         if h is not None:
             for name in (h.db, "r_" + h.db):
@@ -373,7 +483,11 @@ def main() -> int:
         "replay": replay,
         "drainer": drainer,
         "replay_vs_drainer": None if vs_drainer is None else round(vs_drainer, 2),
-        "target_met": speedup >= TARGET_SPEEDUP and (vs_drainer is None or vs_drainer > 1),
+        "network_vs_files": network,
+        "standalone_vs_local2": standalone,
+        "target_met": speedup >= TARGET_SPEEDUP
+        and (vs_drainer is None or vs_drainer > 1)
+        and (network is None or network["ratio"] >= TARGET_NETWORK),
         "errors": errors,
         "env": {**env_info(), "cpus_used": os.cpu_count()},
     }

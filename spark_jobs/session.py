@@ -5,8 +5,9 @@ standalone cluster, YARN or Kubernetes: only `--master` changes. The defaults ar
 tuned for the sizes these jobs see (tens of millions of small row changes):
 
 - `spark.sql.shuffle.partitions` follows the parallelism (2x the cores of a local
-  master, else Spark's default parallelism) instead of Spark's fixed 200, which on a
-  2-core box makes a compaction run 200 nearly empty tasks.
+  master, else 2x the executors' cores once a job's first stage ran: `fit_shuffle_partitions`)
+  instead of Spark's fixed 200, which on a 2-core box makes a
+  compaction run 200 nearly empty tasks.
 - the UI is off unless asked for (tests and CI start many sessions; the UI binds a port);
 - log4j is quiet (WARN) so the job's own progress lines are readable;
 - Python workers are reused between tasks (one interpreter start per executor core,
@@ -30,6 +31,9 @@ log = logging.getLogger(__name__)
 DEFAULT_MASTER = "local[*]"
 DEFAULT_APP_NAME = "binlog-spark"
 DEFAULT_LOG_LEVEL = "WARN"
+
+AUTO_SHUFFLE = "spark.binlog.shuffle.auto"
+"""Set by `make_session` when `fit_shuffle_partitions` is to size the shuffles (cluster master, no --conf)."""
 
 _LOCAL_RE = re.compile(r"^local(?:\[(\*|\d+)(?:,\s*\d+)?\])?$")
 
@@ -103,10 +107,24 @@ def make_session(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level.upper())
-    if ship_code if ship_code is not None else local_cores(master) is None:
+    cluster = local_cores(master) is None
+    if cluster and "spark.sql.shuffle.partitions" not in (conf or {}):
+        spark.conf.set(AUTO_SHUFFLE, "true")
+    if ship_code if ship_code is not None else cluster:
         _ship(spark)
     log.info("spark session up: master=%s app=%s", master, app_name)
     return spark
+
+
+def fit_shuffle_partitions(spark: SparkSession) -> None:
+    """On a cluster master, set `spark.sql.shuffle.partitions` to twice the executors' cores, as a local
+    master gets at start (Spark's fixed 200 made the compaction of a small replay on a two-core cluster
+    take 2.5 times as long).  Jobs call it once their first stage ran: only then have the executors
+    registered.  A value the user set (`--conf`) is kept."""
+    if spark.conf.get(AUTO_SHUFFLE, "false") == "true":
+        parallelism = max(2, 2 * spark.sparkContext.defaultParallelism)
+        spark.conf.set("spark.sql.shuffle.partitions", str(parallelism))
+        log.info("shuffle partitions: %d (twice the executors' cores)", parallelism)
 
 
 def _ship(spark: SparkSession) -> None:

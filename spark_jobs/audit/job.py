@@ -62,6 +62,7 @@ from spark_jobs.audit.read import (
 )
 from spark_jobs.audit.report import EXAMPLES, AuditReport, Example, TableReport, differing_positions
 from spark_jobs.errors import InputError
+from spark_jobs.session import fit_shuffle_partitions
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -235,7 +236,9 @@ def execute(spark: SparkSession, prep: Prepared, *, examples: int = EXAMPLES) ->
     if not tasks:
         return report
     differing: set[tuple[str, int]] = set()
-    for r in chunk_status(_read(spark, tasks, CHUNK_DDL, collect=True)).collect():
+    sums = _read(spark, tasks, CHUNK_DDL, collect=True)  # the chunk sums, computed on the executors
+    fit_shuffle_partitions(spark)
+    for r in chunk_status(sums).collect():
         t = by_name[r["table"]]
         t.upstream_rows += int(r["up_rows"])
         t.downstream_rows += int(r["down_rows"])

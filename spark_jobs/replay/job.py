@@ -298,10 +298,13 @@ def read_decode_compact(
     """Stages 1-3: index, schema, decode + compact (cached and counted; `final.unpersist()` when done)."""
     from pyspark import StorageLevel
 
+    from spark_jobs.session import fit_shuffle_partitions
+
     sc = spark.sparkContext
     acc = _Accumulators(damage_accumulator(sc), damage_accumulator(sc), sc.accumulator(0))
     read = _from_pump_addrs if opts.pump_windows else _from_pumps if opts.pump_dirs else _from_files
     changes, schedule, schema, tables, release = read(spark, opts, jobs, acc, progress)
+    fit_shuffle_partitions(spark)  # the index stage ran on the executors: their cores are known
     progress(
         "schema",
         f"{len(schedule)} DDL jobs, schema version {schema.version} at stop-ts, {len(tables)} table(s) to replay",

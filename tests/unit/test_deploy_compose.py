@@ -4,13 +4,15 @@
 - every depends_on names a service that has a health check, and the start order has no cycle;
 - every service has a health check; published host ports do not clash and stay on loopback;
 - the default profile needs no registry: its services run the two images the Dockerfile builds (the
-  project's, and its `mariadb` target); Prometheus and Grafana are in the `monitoring` profile;
+  project's, and its `mariadb` target); Prometheus and Grafana are in the `monitoring` profile, the Spark
+  standalone master and worker (our image, with the spark extra) in the `spark` profile;
 - every config file it bind-mounts (read-only, from deploy/) exists, every named volume is declared;
 - every service on our image runs one of the image's commands (deploy/docker/entrypoint.py) with flags that
   command accepts, loaded through the command's own config loader with the mounted deploy/compose/*.toml;
 - the addresses hang together: nodes advertise their compose names, ports match their configs, pumps and
   the writer share the upstream store, Prometheus scrapes every pump and the drainer, Grafana is provisioned
-  with the dashboard and the Prometheus data source.
+  with the dashboard and the Prometheus data source; the Spark worker joins the master's URL and both
+  health checks probe the web UI ports the services are given.
 """
 
 from __future__ import annotations
@@ -45,8 +47,11 @@ COMPOSE_FILE = ROOT / "docker-compose.yml"
 OUR_IMAGE = "tidb-binlog-py:latest"
 MARIADB_IMAGE = "tidb-binlog-mariadb:latest"
 PUMPS = ("pump1", "pump2", "pump3")
-SERVICES = {"etcd", "pd-server", *PUMPS, "drainer", "writer", "mariadb", "prometheus", "grafana"}
+SPARK = {"spark-master", "spark-worker"}
+SERVICES = {"etcd", "pd-server", *PUMPS, "drainer", "writer", "mariadb", "prometheus", "grafana", *SPARK}
 MONITORING = {"prometheus", "grafana"}
+PROFILES = {**dict.fromkeys(MONITORING, "monitoring"), **dict.fromkeys(SPARK, "spark")}
+"""Services that a plain `up` does not start, and the profile that does."""
 Service = dict[str, Any]
 
 
@@ -165,7 +170,7 @@ def test_the_schema_check_catches_a_misspelt_key(tmp_path: Path) -> None:
 
 def test_the_cluster_has_every_service() -> None:
     assert set(services()) == SERVICES
-    assert {name for name in SERVICES if ours(name)} == {"etcd", "pd-server", *PUMPS, "drainer", "writer"}
+    assert {name for name in SERVICES if ours(name)} == {"etcd", "pd-server", *PUMPS, "drainer", "writer", *SPARK}
     for name in MONITORING:
         image = services()[name]["image"]
         assert re.fullmatch(r"[\w./-]+:[\w.-]+", image), f"{name}: {image} has no tag"
@@ -177,13 +182,16 @@ def dockerfile_stages() -> set[str]:
 
 
 def test_the_default_profile_runs_only_images_built_here() -> None:
-    """A plain `up` pulls nothing: Prometheus and Grafana (registry images) are behind --profile monitoring."""
+    """A plain `up` pulls nothing: Prometheus and Grafana (registry images) are behind --profile monitoring;
+    Spark (our image, but built with the spark extra and a JRE) is behind --profile spark."""
     for name, service in services().items():
+        if name in PROFILES:
+            assert service["profiles"] == [PROFILES[name]], name
+        else:
+            assert "profiles" not in service, f"{name} must start with a plain `up`"
         if name in MONITORING:
-            assert service["profiles"] == ["monitoring"]
             assert "build" not in service
             continue
-        assert "profiles" not in service, f"{name} must start with a plain `up`"
         build = service["build"]
         assert (build["context"], build["dockerfile"]) == (".", "Dockerfile")
         assert build["target"] in dockerfile_stages()
@@ -191,9 +199,11 @@ def test_the_default_profile_runs_only_images_built_here() -> None:
         assert build["target"] == expected[service["image"]], f"{name}: {service['image']} from {build['target']}"
     # nothing the default profile starts waits for a service it does not start
     for name, service in services().items():
-        if name not in MONITORING:
-            assert not set(service.get("depends_on", {})) & MONITORING
-    assert "monitoring" in COMPOSE_FILE.read_text().split("\nname:")[0], "the header tells about the profile"
+        if name not in PROFILES:
+            assert not set(service.get("depends_on", {})) & set(PROFILES)
+    header = COMPOSE_FILE.read_text().split("\nname:")[0]
+    for profile in set(PROFILES.values()):
+        assert f"--profile {profile}" in header, f"the header tells about the profile {profile}"
 
 
 def test_mariadb_is_the_dockerfile_target_with_its_own_health_check() -> None:
@@ -224,6 +234,7 @@ def test_depends_on_names_services_with_health_checks_and_has_no_cycle() -> None
     assert max(order.index(p) for p in PUMPS) < order.index("drainer") < order.index("writer")
     assert order.index("mariadb") < order.index("drainer")
     assert order.index("prometheus") < order.index("grafana")
+    assert order.index("spark-master") < order.index("spark-worker")
 
 
 @pytest.mark.parametrize("name", sorted(SERVICES))
@@ -279,6 +290,50 @@ def test_our_services_run_an_image_command(name: str) -> None:
     assert test[1] in load_script("entrypoint").commands()
     if test[1] == "healthcheck":
         load_script("healthcheck").build_parser().parse_args(test[2:])  # exits 2 on a bad probe
+
+
+def spark_flags(name: str) -> tuple[str, dict[str, str], list[str]]:
+    """(main class, --flag value pairs, positional arguments) of a Spark service's command."""
+    main_class, *rest = services()[name]["command"]
+    flags: dict[str, str] = {}
+    positional: list[str] = []
+    args = iter(rest)
+    for arg in args:
+        if arg.startswith("--"):
+            flags[arg] = next(args)
+        else:
+            positional.append(arg)
+    return main_class, flags, positional
+
+
+@pytest.mark.parametrize("name", sorted(SPARK))
+def test_spark_services_run_spark_class_from_the_image(name: str) -> None:
+    """The image's entry point runs only its own commands: the Spark services replace it with the
+    launcher the pyspark wheel installs next to them (in the venv's bin/, on the image's PATH)."""
+    service = services()[name]
+    assert service["entrypoint"] == ["spark-class"]
+    assert (Path(sys.executable).parent / "spark-class").is_file(), "the spark extra installs spark-class"
+    assert isinstance(service["command"], list), f"{name}: exec form"
+    test = service["healthcheck"]["test"]
+    assert test[1] == "healthcheck"
+    load_script("healthcheck").build_parser().parse_args(test[2:])  # exits 2 on a bad probe
+
+
+def test_the_spark_worker_joins_the_master_and_the_probes_hit_the_web_uis() -> None:
+    master_class, master, master_args = spark_flags("spark-master")
+    worker_class, worker, worker_args = spark_flags("spark-worker")
+    assert master_class == "org.apache.spark.deploy.master.Master"
+    assert worker_class == "org.apache.spark.deploy.worker.Worker"
+    assert master_args == []
+    assert master["--host"] == "spark-master"  # the name the master answers to: the workers' URL says it
+    assert worker_args == [f"spark://spark-master:{master['--port']}"]
+    for name, flags in (("spark-master", master), ("spark-worker", worker)):
+        probe = services()[name]["healthcheck"]["test"][2:]
+        assert probe == ["http", f"http://127.0.0.1:{flags['--webui-port']}/json/"], name
+    assert f"127.0.0.1:18080:{master['--webui-port']}" in services()["spark-master"]["ports"]
+    assert worker["--work-dir"].startswith("/tmp/"), "the image's user cannot write SPARK_HOME/work"
+    assert int(worker["--cores"]) >= 1
+    assert re.fullmatch(r"\d+[mg]", worker["--memory"])
 
 
 def test_image_commands_are_the_console_scripts_plus_etcd_and_healthcheck() -> None:

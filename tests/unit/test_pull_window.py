@@ -62,7 +62,7 @@ class ScriptedPump:
         self.server.stop(None)
 
 
-def resp(commit_ts: int, *, tp: int = binlog_pb2.Commit, start_ts: int = 1, ddl: int = 0) -> bytes:
+def resp(commit_ts: int, *, tp: Any = binlog_pb2.Commit, start_ts: int = 1, ddl: int = 0) -> bytes:
     b = binlog_pb2.Binlog(tp=tp, start_ts=start_ts, commit_ts=commit_ts, ddl_job_id=ddl)
     if tp == binlog_pb2.Commit and not ddl:
         b.prewrite_value = b"rows-of-%d" % commit_ts

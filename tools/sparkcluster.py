@@ -42,7 +42,7 @@ from tools.procs import ManagedProcess, ProcessError, free_ports, wait_for
 
 log = logging.getLogger(__name__)
 
-__all__ = ["NODE_ENV", "StandaloneCluster", "WorkerProcess", "spark_class"]
+__all__ = ["NODE_ENV", "StandaloneCluster", "WorkerProcess", "running", "spark_class"]
 
 HOST: Final = "127.0.0.1"
 NODE_ENV: Final = "SPARK_STANDALONE_NODE"
@@ -84,8 +84,17 @@ class WorkerProcess:
         return f"worker-{self.index}"
 
 
+def running(pid: int) -> bool:
+    """Whether `pid` is a process that still runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
 def _node_pids(tag: str) -> list[int]:
-    """Live (not zombie) processes whose environment holds `NODE_ENV=<tag>`."""
+    """Running processes whose environment holds `NODE_ENV=<tag>`."""
     needle = f"{NODE_ENV}={tag}".encode()
     found: list[int] = []
     for entry in os.scandir("/proc"):
@@ -93,13 +102,9 @@ def _node_pids(tag: str) -> list[int]:
             continue
         try:
             environ = Path(entry.path, "environ").read_bytes()
-            stat = Path(entry.path, "stat").read_text()
         except OSError:  # gone, or not ours
             continue
-        state = stat.rpartition(")")[2].split()[0:1]
-        if state == ["Z"]:
-            continue
-        if needle in environ.split(b"\0"):
+        if needle in environ.split(b"\0") and running(int(entry.name)):
             found.append(int(entry.name))
     return found
 
@@ -123,7 +128,14 @@ class StandaloneCluster:
     """A Spark standalone master and `workers` workers on 127.0.0.1, every file under `workdir`.
 
     `start()` returns once the master reports every worker ALIVE; `stop()` (idempotent, also run at
-    interpreter exit) leaves no process of the cluster behind."""
+    interpreter exit) leaves no process of the cluster behind.  Should this process die without
+    either, the master and worker JVMs get SIGKILL with it (ManagedProcess's parent-death signal) and
+    the executors and Python daemons exit once their worker is gone (seen: nothing left after 1 s).
+
+    `worker_timeout` sets `spark.worker.timeout` (seconds; Spark's default is 60) on the master, which
+    marks a worker DEAD after that long without heartbeats, and on the workers, which send one every
+    quarter of it: setting it on the master alone makes it count healthy workers out.  A SIGKILLed
+    worker needs none of this: the master sees its connection close and marks it DEAD at once."""
 
     def __init__(
         self,
@@ -179,6 +191,10 @@ class StandaloneCluster:
         """The value of NODE_ENV in the processes of `node` ("master", "worker-0", ...)."""
         return f"{self.id}/{node}"
 
+    def pids(self, node: str) -> list[int]:
+        """The running processes of `node`: its JVM and, on a worker, executors and their Python processes."""
+        return _node_pids(self.node_tag(node))
+
     @staticmethod
     def driver_conf() -> dict[str, str]:
         """What a driver on this machine needs to be reachable by the executors: a loopback address."""
@@ -205,18 +221,30 @@ class StandaloneCluster:
         return self
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> None:
-        """SIGTERM every node's process group (workers first), wait, then SIGKILL whatever of the cluster
-        is left, Python daemons and executors included; return when none of its processes runs."""
+        """SIGTERM every node's process group (the workers first: each stops its executors), wait up to
+        `timeout` for each, SIGKILL the group of one that does not exit; then SIGKILL whatever process of
+        the cluster is left (a Python daemon leads a group of its own) and return when none runs."""
         if self._stopped:
             return
         self._stopped = True
         atexit.unregister(self.stop)
-        for worker in self.workers:
-            worker.process.stop(timeout)
-        self.master.stop(timeout)
+        began = time.monotonic()
+        workers = [w.process for w in self.workers]
+        for process in workers:  # all at once: the JVMs' shutdown hooks run in parallel
+            if process.alive and process.pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGTERM)
+        for process in [*workers, self.master]:
+            process.stop(timeout)
+        leftovers: list[str] = []
         for node in ["master", *(w.node for w in self.workers)]:
-            self._kill_node(node)
-        log.info("spark standalone cluster %s stopped", self.master_url)
+            try:
+                self._kill_node(node)
+            except ProcessError as exc:
+                leftovers.append(str(exc))
+        if leftovers:
+            raise ProcessError("; ".join(leftovers))
+        log.info("spark standalone cluster %s stopped in %.1fs", self.master_url, time.monotonic() - began)
 
     def __enter__(self) -> StandaloneCluster:
         return self.start()
@@ -326,14 +354,13 @@ class StandaloneCluster:
 
     def _kill_node(self, node: str, timeout: float = 10.0) -> None:
         """SIGKILL every process of `node` (found by NODE_ENV) until none is left."""
-        tag = self.node_tag(node)
 
         def none_left() -> bool:
-            pids = _node_pids(tag)
+            pids = self.pids(node)
             _signal_all(pids, signal.SIGKILL)
             return not pids
 
         try:
             wait_for(none_left, timeout, f"the processes of spark {node} to exit", interval=0.1)
         except TimeoutError as exc:
-            raise ProcessError(f"{exc}: {_node_pids(tag)}") from exc
+            raise ProcessError(f"{exc}: {self.pids(node)}") from exc
