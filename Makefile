@@ -1,6 +1,7 @@
 # TiDB-Binlog in Python.  `make demo` runs the local playground, `make test` the tests, `make nemesis-test`
-# the nemesis tier (clusters in network namespaces under faults), `make compose-test` the docker-compose
-# cluster and the systemd units in containers (tests/compose).
+# the nemesis tier (clusters in network namespaces under faults), `make spark-cluster-test` the Spark jobs on
+# a standalone Spark cluster, `make compose-test` the docker-compose cluster and the systemd units in
+# containers (tests/compose).
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -8,7 +9,7 @@ STAMP  := $(VENV)/.installed
 # Test files run on this many pytest-xdist workers, each file whole on one worker (0: in this process).
 PYTEST_WORKERS ?= 2
 
-.PHONY: test nemesis-test demo proto lint typecheck unit clean bench sysdeps nemesis image compose-sysdeps compose-test
+.PHONY: test nemesis-test spark-cluster-test demo proto lint typecheck unit clean bench sysdeps nemesis image compose-sysdeps compose-test
 
 # One venv for every target: the test extra pulls in the spark, playground (etcd for demo) and dev
 # (grpcio-tools for proto, ruff, mypy) extras; resolving that reference to the project's own extras
@@ -24,15 +25,22 @@ $(STAMP): pyproject.toml
 # The nemesis tier: whole clusters in network namespaces under faults (about 3 minutes); `make nemesis-test`
 # runs it, `make test` everything else (the nemesis suite's self-tests and checker tests included).
 NEMESIS_TIER := tests/nemesis/test_nemesis.py tests/nemesis/test_stall_partition.py
+# The Spark cluster tier: a standalone master and two workers (JVMs), the replay and audit commands on it, a
+# worker killed during a replay (about 2.5 minutes); `make spark-cluster-test` runs it.
+SPARK_CLUSTER_TIER := tests/spark/test_standalone.py tests/spark/test_cluster_replay.py
 
 test: $(STAMP) sysdeps
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy .
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --ignore=tests/compose $(addprefix --ignore=,$(NEMESIS_TIER)) $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --ignore=tests/compose \
+		$(addprefix --ignore=,$(NEMESIS_TIER) $(SPARK_CLUSTER_TIER)) $(PYTEST_ARGS)
 
 nemesis-test: $(STAMP) sysdeps
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(NEMESIS_TIER) $(PYTEST_ARGS)
+
+spark-cluster-test: $(STAMP)
+	$(PY) -m pytest $(SPARK_CLUSTER_TIER) $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

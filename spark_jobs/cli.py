@@ -75,8 +75,11 @@ def _add_common(p: argparse.ArgumentParser, *, top: bool) -> None:
         p.add_argument(
             "--master",
             metavar="URL",
-            help=f"Spark master: local[N], spark://host:7077, yarn, k8s://... (default {DEFAULT_MASTER})",
-            **({"default": DEFAULT_MASTER} if top else kw),
+            help=(
+                f"Spark master: local[N], spark://host:7077, yarn, k8s://... (default {DEFAULT_MASTER}; under "
+                "spark-submit, its --master)"
+            ),
+            **({"default": None} if top else kw),
         )
         p.add_argument(
             "--conf",

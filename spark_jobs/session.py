@@ -32,6 +32,8 @@ DEFAULT_MASTER = "local[*]"
 DEFAULT_APP_NAME = "binlog-spark"
 DEFAULT_LOG_LEVEL = "WARN"
 
+SUBMIT_ENV = "PYSPARK_GATEWAY_PORT"
+"""Set when spark-submit started this Python driver: its --master and --conf then apply."""
 AUTO_SHUFFLE = "spark.binlog.shuffle.auto"
 """Set by `make_session` when `fit_shuffle_partitions` is to size the shuffles (cluster master, no --conf)."""
 
@@ -77,7 +79,7 @@ def default_conf(master: str, *, ui: bool = False) -> dict[str, str]:
 
 
 def make_session(
-    master: str = DEFAULT_MASTER,
+    master: str | None = None,
     app_name: str = DEFAULT_APP_NAME,
     conf: Mapping[str, str] | None = None,
     *,
@@ -87,6 +89,7 @@ def make_session(
 ) -> SparkSession:
     """Build (or return the running) SparkSession with this project's defaults.
 
+    `master` None: spark-submit's master when spark-submit runs this driver, else DEFAULT_MASTER.
     `ship_code` (default: on for any master but `local`): zip this project's packages and ship them to
     the executors (`spark_jobs.ship`), so a cluster runs the driver's version of the code.
 
@@ -98,17 +101,22 @@ def make_session(
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    if local_cores(master) is not None:
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no "resolves to a loopback address" warning
-    builder = SparkSession.builder.master(master).appName(app_name)
-    merged = default_conf(master, ui=ui)
+    submitted = master is None and SUBMIT_ENV in os.environ
+    builder = SparkSession.builder.appName(app_name)
+    if not submitted:
+        master = master or DEFAULT_MASTER
+        builder = builder.master(master)
+        if local_cores(master) is not None:
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no "resolves to a loopback address" warning
+    merged = default_conf(master or "", ui=ui)  # under spark-submit: its master, its driver settings
     merged.update(conf or {})
     for key, value in merged.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level.upper())
+    master = str(spark.sparkContext.master)
     cluster = local_cores(master) is None
-    if cluster and "spark.sql.shuffle.partitions" not in (conf or {}):
+    if (cluster or submitted) and "spark.sql.shuffle.partitions" not in (conf or {}):
         spark.conf.set(AUTO_SHUFFLE, "true")
     if ship_code if ship_code is not None else cluster:
         _ship(spark)

@@ -128,12 +128,13 @@ def _with_session(command: str, args: argparse.Namespace, job: Callable[[Any], _
     (a caller's session, such as the shared one of the tests, is left alone)."""
     from pyspark.sql import SparkSession
 
-    from spark_jobs.session import DEFAULT_MASTER, make_session
+    from spark_jobs.session import make_session
 
     running = SparkSession.getActiveSession()
     spark = make_session(
-        getattr(args, "master", None) or DEFAULT_MASTER,
+        getattr(args, "master", None),
         app_name=f"binlog-spark {command}",
+        conf=dict(getattr(args, "conf", None) or ()),
         log_level=getattr(args, "log_level", None) or "warn",
     )
     try:

@@ -16,6 +16,7 @@ workload with every column type) is replayed:
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -28,9 +29,9 @@ import pytest
 from common.audit import DialectReader, mysql_reader
 from common.sql.dialect import MySQLDialect
 from tests.functional.drainerutil import Cluster
-from tools.sparkcluster import StandaloneCluster
 from tests.spark.test_replay_cli import ROOT
 from tests.spark.test_replay_e2e import audit_prefixed
+from tools.sparkcluster import StandaloneCluster
 from upstream.workloads import WorkloadOptions, make_workload
 from upstream.workloads.runner import run
 
@@ -45,8 +46,18 @@ def cluster_cli(spark_cluster: StandaloneCluster, *args: str) -> list[str]:
     return [sys.executable, "-m", "spark_jobs.cli", "--master", spark_cluster.master_url, *conf, *args]
 
 
+def submit_cli(spark_cluster: StandaloneCluster, *args: str) -> list[str]:
+    """The argv of `spark-submit … spark_jobs/cli.py …` (the venv's bin/ first on PATH, as the README says)."""
+    import spark_jobs.cli
+
+    conf = [x for k, v in spark_cluster.driver_conf().items() for x in ("--conf", f"{k}={v}")]
+    submit = str(Path(sys.executable).parent / "spark-submit")
+    return [submit, "--master", spark_cluster.master_url, *conf, spark_jobs.cli.__file__, *args]
+
+
 def run_cli(argv: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=JOB_TIMEOUT, check=False)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=JOB_TIMEOUT, check=False, env=env)
 
 
 def rows_equal(cluster: Cluster, db: Any, prefix: str) -> list[str]:
@@ -119,6 +130,14 @@ def test_replay_and_audit_on_a_standalone_cluster(
     assert from_files.returncode == 0, from_files.stderr[-3000:]
     assert rows_equal(cluster, db, "h_") == []
     assert audit_prefixed(cluster, db, "h_") == []
+
+    # the README's spark-submit command: spark-submit's --master applies, the job ships its code itself
+    down = f"mysql://{m.user}@{m.host}:{m.port}"
+    sides = [f"--upstream=sqlite:{cluster.upstream_path}", f"--downstream={down}", "--downstream-db-prefix=h_"]
+    submitted = run_cli(submit_cli(spark_cluster, "audit", *sides))
+    assert submitted.returncode == 0, submitted.stderr[-3000:]
+    apps = [a["name"] for a in spark_cluster.state()["completedapps"]]
+    assert "binlog-spark audit" in apps, apps
 
     # a planted difference, found by the audit running on the cluster
     target = next(r for r in db.schema.tables() if r.table.name == "sbtest1")

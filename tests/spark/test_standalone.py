@@ -27,8 +27,8 @@ from typing import IO, Any
 
 import pytest
 
-from tools.sparkcluster import NODE_ENV, StandaloneCluster, running
 from tools.procs import wait_for
+from tools.sparkcluster import NODE_ENV, StandaloneCluster, running
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,12 @@ sc = spark.sparkContext
 
 
 def job():
-    rows = sc.parallelize(range(100), 4).map(lambda x: (os.getpid(), os.environ.get(node_env), x * x)).collect()
+    def task(x):
+        import spark_jobs.readers.pump_net as code  # the job's own code: from the zip the session shipped
+
+        return os.getpid(), os.environ.get(node_env), x * x, code.__file__
+
+    rows = sc.parallelize(range(100), 4).map(task).collect()
     print(json.dumps({"driver": os.getpid(), "rows": rows}), flush=True)
 
 
@@ -92,7 +97,8 @@ class Driver:
         self._lines.put(None)
 
     def result(self, timeout: float = JOB_TIMEOUT) -> dict[str, Any]:
-        """The next job's result: {"driver": pid, "rows": [[python worker pid, NODE_ENV value, x*x], ...]}."""
+        """The next job's result: {"driver": pid, "rows": [[python worker pid, NODE_ENV value, x*x, a module's
+        file], ...]}."""
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -152,11 +158,14 @@ def test_a_job_runs_on_both_workers_and_survives_a_killed_one(standalone: Standa
     try:
         first = driver.result()
         rows = first["rows"]
-        assert sum(square for _, _, square in rows) == SQUARES
-        pids = {pid for pid, _, _ in rows}
+        assert sum(square for _, _, square, _ in rows) == SQUARES
+        assert {Path(f).parts[-4:] for *_, f in rows} == {
+            ("tidb_binlog_code.zip", "spark_jobs", "readers", "pump_net.py")
+        }
+        pids = {pid for pid, *_ in rows}
         assert len(pids) >= 2, f"every task ran in one Python process: {pids}"
         assert first["driver"] not in pids, "tasks ran in the driver, not on executors"
-        nodes = {node for _, node, _ in rows}
+        nodes = {node for _, node, *_ in rows}
         assert nodes == {cluster.node_tag("worker-0"), cluster.node_tag("worker-1")}
 
         # worker 0 runs its JVM, the application's executor JVM, the Python daemon and its worker
@@ -171,8 +180,8 @@ def test_a_job_runs_on_both_workers_and_survives_a_killed_one(standalone: Standa
 
         # the application goes on with the executor it has left
         second = driver.run_again()
-        assert sum(square for _, _, square in second["rows"]) == SQUARES
-        assert {node for _, node, _ in second["rows"]} == {cluster.node_tag("worker-1")}
+        assert sum(square for _, _, square, _ in second["rows"]) == SQUARES
+        assert {node for _, node, *_ in second["rows"]} == {cluster.node_tag("worker-1")}
         assert driver.finish() == 0, driver.log_tail()
     finally:
         driver.close()
