@@ -300,10 +300,9 @@ def measure_network(h: History, live: LivePumps, runs: int, split: int) -> dict[
 
 def measure_standalone(h: History, base: Path, runs: int, split: int) -> dict[str, Any]:
     """The files read on local[2] vs a master and two one-core workers, alternating (one session at a time)."""
-    from tools.sparkcluster import StandaloneCluster
-
     from spark_jobs.replay.job import ReplayOptions
     from spark_jobs.session import make_session
+    from tools.sparkcluster import StandaloneCluster
 
     opts = ReplayOptions(None, pump_dirs=tuple(h.pumps), split_size=split)
     a: list[float] = []

@@ -31,6 +31,7 @@ from common.sql.dialect import MySQLDialect
 from tests.functional.drainerutil import Cluster
 from tests.spark.test_replay_cli import ROOT
 from tests.spark.test_replay_e2e import audit_prefixed
+from tests.spark.test_replay_net import sysbench_and_ddl
 from tools.sparkcluster import StandaloneCluster
 from upstream.workloads import WorkloadOptions, make_workload
 from upstream.workloads.runner import run
@@ -92,18 +93,9 @@ def test_replay_and_audit_on_a_standalone_cluster(
     cluster: Cluster, spark_cluster: StandaloneCluster, tmp_path: Path
 ) -> None:
     files = cluster.drainer("--syncer.db-type", "file", sink="file", name="fdrainer")
-    db = cluster.writer()
-    sb = make_workload("sysbench", WorkloadOptions(database=cluster.dbname("ksb"), tables=2, table_size=60))
-    ddl = make_workload("ddl", WorkloadOptions(database=cluster.dbname("kddl"), ddl_ratio=0.12))
-    for w in (sb, ddl):
-        w.setup(db)
-        result = run(db, w, threads=2, seed=37, txns=100)
-        assert result.crashed == [], result.summary()
+    db = sysbench_and_ddl(cluster, "k", seed=37, txns=100, prefixes=("k_", "h_"))
     cluster.wait_applied(files, cluster.now())
     files.stop()
-    for name in [d.name for d in db.schema.databases()]:
-        for prefix in ("k_", "h_", "w_"):
-            cluster.downstream_names.append(prefix + name)
     m = cluster.mysql
     assert m is not None
     to = ["--to", f"mysql://{m.user}@{m.host}:{m.port}"]

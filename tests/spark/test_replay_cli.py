@@ -107,7 +107,9 @@ def test_bad_flags(inputs: dict[str, str], args: list[str], message: str) -> Non
 def test_usage_errors_exit_2() -> None:
     proc = spark_cli("replay", "--to", "sqlite:///a.db")
     assert proc.returncode == 2
-    assert "one of the arguments --from-pumps --from-files --from-pump-addrs --from-cluster is required" in one_line(proc)
+    assert "one of the arguments --from-pumps --from-files --from-pump-addrs --from-cluster is required" in one_line(
+        proc
+    )
     proc = spark_cli("replay", "--from-files", "x", "--stop-ts", "soon")
     assert proc.returncode == 2
     assert "'soon' is not a TSO" in one_line(proc)

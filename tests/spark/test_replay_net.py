@@ -21,6 +21,7 @@ from spark_jobs.errors import InputError
 from tests.functional.drainerutil import Cluster
 from tests.spark.test_replay_cli import spark_cli
 from tests.spark.test_replay_e2e import audit_prefixed
+from upstream.database import Database
 from upstream.workloads import WorkloadOptions, make_workload
 from upstream.workloads.runner import run
 
@@ -34,6 +35,21 @@ def _free_port() -> int:
         return port
 
 
+def sysbench_and_ddl(cluster: Cluster, tag: str, *, seed: int, txns: int, prefixes: tuple[str, ...]) -> Database:
+    """The upstream writer after the sysbench and ddl workloads (databases `<tag>sb`, `<tag>ddl`) ran through
+    the cluster's pumps; the downstream databases `<prefix><db>` are dropped at the end of the test."""
+    db = cluster.writer()
+    sb = make_workload("sysbench", WorkloadOptions(database=cluster.dbname(f"{tag}sb"), tables=2, table_size=60))
+    ddl = make_workload("ddl", WorkloadOptions(database=cluster.dbname(f"{tag}ddl"), ddl_ratio=0.12))
+    for w in (sb, ddl):
+        w.setup(db)
+        result = run(db, w, threads=2, seed=seed, txns=txns)
+        assert result.crashed == [], result.summary()
+    for name in [d.name for d in db.schema.databases()]:
+        cluster.downstream_names.extend(prefix + name for prefix in prefixes)
+    return db
+
+
 @pytest.mark.parametrize("cluster", [3], indirect=True)
 def test_replay_from_live_pumps_equals_the_upstream(spark: Any, cluster: Cluster) -> None:
     from spark_jobs.readers.ddl import jobs_from_etcd
@@ -41,21 +57,14 @@ def test_replay_from_live_pumps_equals_the_upstream(spark: Any, cluster: Cluster
     from spark_jobs.replay.job import ReplayOptions, run_replay
     from spark_jobs.replay.target import MySQLTarget
 
-    db = cluster.writer()
-    sb = make_workload("sysbench", WorkloadOptions(database=cluster.dbname("nsb"), tables=2, table_size=50))
-    ddl = make_workload("ddl", WorkloadOptions(database=cluster.dbname("nddl"), ddl_ratio=0.12))
-    for w in (sb, ddl):
-        w.setup(db)
-        result = run(db, w, threads=2, seed=31, txns=90)
-        assert result.crashed == [], result.summary()
-    for name in [d.name for d in db.schema.databases()]:
-        cluster.downstream_names.append("n_" + name)
+    db = sysbench_and_ddl(cluster, "n", seed=31, txns=90, prefixes=("n_",))
     etcd = cluster.etcd_server.url
     addrs = [p.addr for p in cluster.pumps]
 
     windows, stop_ts = live_windows(addrs=addrs, pd_urls=etcd, cluster_id=None, start_ts=None, stop_ts=None)
     assert len({w.name for w in windows}) == 3
-    assert stop_ts > 0 and all(w.upto <= stop_ts for w in windows)
+    assert stop_ts > 0
+    assert all(w.upto <= stop_ts for w in windows)
     jobs = jobs_from_etcd(etcd)
     m = cluster.mysql
     assert m is not None
