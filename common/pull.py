@@ -178,8 +178,8 @@ def pull_window(w: PumpWindow, *, fake: bool = False) -> Iterator[PulledCommit]:
             raise PumpReadError(
                 f"{_where(w)} has garbage-collected binlogs committed at or before its gc ts {gc_ts}; the window "
                 f"starts after commit_ts {w.after}, so its first missing ts is {w.after + 1}: replay from a start "
-                f"ts at or above {gc_ts} (--start-ts, with the downstream restored to that ts) or from a copy of "
-                "the pump's data directory (--from-pumps)"
+                f"ts above {gc_ts} with a margin, as the gc ts moves on (--start-ts, with the downstream restored "
+                "to that ts), or from a copy of the pump's data directory (--from-pumps)"
             )
         while True:
             watch.waiting(True)
@@ -224,9 +224,11 @@ def _read(w: PumpWindow, raw: bytes, last: int) -> PulledCommit:
 
 def _stream_error(w: PumpWindow, exc: grpc.RpcError, watch: _IdleWatch, last: int) -> PumpReadError:
     if watch.fired:
+        until = "" if w.upto == MAX_TS else f" (the window ends at {w.upto})"
         return PumpReadError(
-            f"{_where(w)} sent nothing for {w.idle_timeout:g}s after commit_ts {last} (the window ends at "
-            f"{w.upto}): is it paused, frozen or offline?"
+            f"{_where(w)} sent nothing for {w.idle_timeout:g}s after commit_ts {last}{until}: it is paused, frozen "
+            "or offline, or its watermark waits for a transaction that is still open (up to the upstream's "
+            "transaction timeout); raise --pull-timeout for the latter"
         )
     code = exc.code() if callable(getattr(exc, "code", None)) else None
     details = exc.details() if callable(getattr(exc, "details", None)) else str(exc)

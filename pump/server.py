@@ -494,16 +494,16 @@ class PumpService:
         if offset < gc_ts:
             log.warning("pull binlogs from %s: start after commit_ts=%d is below the gc ts %d", peer, offset, gc_ts)
         log.info("pull binlogs from %s: start after commit_ts=%d", peer, offset)
-        # What this pump still holds, for a reader that must not miss anything (binlog-spark replay
-        # --from-pump-addrs): commits at or below the gc ts may be gone.  The original's drainer
-        # ignores metadata it does not know.
-        await context.send_initial_metadata(((GC_TS_METADATA, str(gc_ts)),))
         loop = asyncio.get_running_loop()
         feed = _Feed(loop, PULL_FEED_BYTES, stop)
         label = FAIL
         sent = 0
         broken = False
-        try:
+        try:  # from here on the finally gives the stream's slot back, also when the client leaves at once
+            # What this pump still holds, for a reader that must not miss anything (binlog-spark replay
+            # --from-pump-addrs): commits at or below the gc ts may be gone.  The original's drainer
+            # ignores metadata it does not know.
+            await context.send_initial_metadata(((GC_TS_METADATA, str(gc_ts)),))
             loop.run_in_executor(None, self._read_stream, offset, stop, feed)
             while (batch := await feed.get()) is not None:
                 while batch:

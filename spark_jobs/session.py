@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
@@ -108,7 +109,10 @@ def make_session(
         builder = builder.master(master)
         if local_cores(master) is not None:
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no "resolves to a loopback address" warning
-    merged = default_conf(master or "", ui=ui)  # under spark-submit: its master, its driver settings
+    merged = default_conf(master or "", ui=ui)
+    if submitted:  # spark-submit's --master and --conf win over these defaults
+        given = _submitted_conf()
+        merged = {k: v for k, v in merged.items() if not given.contains(k)}
     merged.update(conf or {})
     for key, value in merged.items():
         builder = builder.config(key, value)
@@ -116,8 +120,8 @@ def make_session(
     spark.sparkContext.setLogLevel(log_level.upper())
     master = str(spark.sparkContext.master)
     cluster = local_cores(master) is None
-    if (cluster or submitted) and "spark.sql.shuffle.partitions" not in (conf or {}):
-        spark.conf.set(AUTO_SHUFFLE, "true")
+    if not spark.sparkContext.getConf().contains("spark.sql.shuffle.partitions"):
+        spark.conf.set(AUTO_SHUFFLE, "true")  # a cluster master, no --conf: fitted once executors are up
     if ship_code if ship_code is not None else cluster:
         _ship(spark)
     log.info("spark session up: master=%s app=%s", master, app_name)
@@ -135,14 +139,31 @@ def fit_shuffle_partitions(spark: SparkSession) -> None:
         log.info("shuffle partitions: %d (twice the executors' cores)", parallelism)
 
 
+def _submitted_conf() -> SparkConf:
+    """The settings spark-submit gave this driver (its JVM's system properties)."""
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # connects to spark-submit's JVM, so SparkConf() loads its settings
+    return SparkConf()
+
+
+_SHIPPED: set[str] = set()
+"""Applications the code was added to (Spark refuses a second file of the same name)."""
+
+
 def _ship(spark: SparkSession) -> None:
-    """Zip the project's packages into a directory removed at exit and add the zip to the job."""
+    """Zip the project's packages into a directory removed at exit and add the zip to the job, once per
+    application (`make_session` returns a running session as it is)."""
     import atexit
     import shutil
     import tempfile
 
     from spark_jobs.ship import package_zip
 
+    app = str(spark.sparkContext.applicationId)
+    if app in _SHIPPED:
+        return
+    _SHIPPED.add(app)
     tmp = tempfile.mkdtemp(prefix="binlog-spark-code-")
     atexit.register(shutil.rmtree, tmp, ignore_errors=True)
     spark.sparkContext.addPyFile(str(package_zip(tmp)))

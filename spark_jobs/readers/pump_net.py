@@ -13,7 +13,7 @@ task yields tagged rows:
 
     ("c", Change)                           a row change (`readers.changes.CHANGE_DDL`)
     ("d", (job_id, commit_ts))              a DDL commit: when the DDL took effect
-    ("s", (commits, ddl, bytes, fake))      what the window held, once at its end
+    ("s", (commits, ddl, bytes))            what the window held, once at its end
 
 The job persists them, collects the small "d" / "s" rows for the DDL schedule and the progress line,
 and turns the "c" rows into the changes DataFrame.  Every table is decoded (which tables the replay
@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final
 
 from common.errors import BinlogError, PumpReadError
 from common.pull import DEFAULT_IDLE_TIMEOUT, PumpWindow, first_ts, pull_window
+from common.schema.model import Job
 from common.tso import compose, physical
 from spark_jobs.errors import InputError
 from spark_jobs.readers.changes import Change, dml_changes
@@ -50,6 +51,7 @@ __all__ = [
     "NetPlan",
     "PumpAddr",
     "Tagged",
+    "ddl_commit_times",
     "discover_pumps",
     "live_windows",
     "parse_pump_addrs",
@@ -144,13 +146,14 @@ def plan_windows(
     if after >= upto:
         raise InputError(f"the window is empty: start ts {after} is not below stop ts {upto}")
     pem = None if tls is None else (tls.ca_pem, tls.cert_pem, tls.key_pem)
-    out: list[PumpWindow] = []
+    per: list[list[PumpWindow]] = []
     for p in pumps:
         whole = PumpWindow(p.name, p.addr, cluster_id, after, upto, pem, idle_timeout)
         begin = first(whole) - 1  # nothing of this pump is at or below it, after `after`
         bounds = _split(max(after, min(begin, upto - 1)), upto, per_pump)
-        out.extend(replace(whole, after=a, upto=b) for a, b in itertools.pairwise(bounds))
-    return out
+        per.append([replace(whole, after=a, upto=b) for a, b in itertools.pairwise(bounds)])
+    # the pumps in turn, so that the tasks running at once read different pumps
+    return [w for row in itertools.zip_longest(*per) for w in row if w is not None]
 
 
 def _split(after: int, upto: int, parts: int) -> list[int]:
@@ -198,6 +201,23 @@ def window_rows(w: PumpWindow, plan: NetPlan, errors: Accumulator[DamageReport] 
     finally:
         if errors is not None and not report.empty:
             errors.add(report)
+
+
+def ddl_commit_times(seen: Mapping[int, int], jobs: Sequence[Job], *, after: int, stop_ts: int) -> dict[int, int]:
+    """When each DDL job took effect, as far as a read of the window (after, stop_ts] can tell.
+
+    `seen`: job id -> commit_ts of the DDL binlogs the read found.  A job that started after `after`
+    and whose DDL binlog is not in the window committed after stop_ts (it would be in the window
+    otherwise; a DDL that never committed does not apply at all): it gets stop_ts + 1, so the schema
+    at stop_ts does not have it -- a replay "up to just before the TRUNCATE" must not take the
+    TRUNCATE that was still running then.  A job that started at or before `after` is left to its own
+    start_ts (`replay.ddl.effective_times`): it committed before the window, unless it ran through the
+    whole window, which only the DDL binlogs before the window could tell."""
+    times = dict(seen)
+    for j in jobs:
+        if j.id not in times and j.start_ts > after:
+            times[j.id] = stop_ts + 1
+    return times
 
 
 def change_of(row: Tagged) -> Change:

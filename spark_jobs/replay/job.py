@@ -252,7 +252,7 @@ def _from_pump_addrs(
     from pyspark import StorageLevel
 
     from spark_jobs.readers.changes import CHANGE_DDL, Change, counted
-    from spark_jobs.readers.pump_net import CHANGE, DDL, NetPlan, Tagged, change_of, window_rows
+    from spark_jobs.readers.pump_net import CHANGE, DDL, NetPlan, Tagged, change_of, ddl_commit_times, window_rows
 
     sc = spark.sparkContext
     windows = list(opts.pump_windows)
@@ -277,7 +277,9 @@ def _from_pump_addrs(
         f"{commits:,} committed txns and {ddl_count} DDL ({size / 1e6:,.1f} MB) pulled from {pumps} pump(s) over "
         f"gRPC in {len(windows)} window(s) up to stop-ts {opts.stop_ts}",
     )
-    schedule, schema = _schedule(jobs, ddl, opts)
+    assert opts.stop_ts is not None  # set with the windows
+    times = ddl_commit_times(ddl, jobs, after=opts.start_ts or 0, stop_ts=opts.stop_ts)
+    schedule, schema = _schedule(jobs, times, opts)
     tables = select_tables(schema, opts.tables)
     keep = frozenset(t.table_id for t in tables)  # counted as the other readers count: tables replayed only
 

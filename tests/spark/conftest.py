@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-__all__ = ["cluster", "spark", "spark_cluster"]
+__all__ = ["cluster", "spark", "spark_cluster", "standalone"]
 
 
 @pytest.fixture(scope="session")
@@ -46,3 +46,15 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalo
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture
+def standalone(spark_cluster: StandaloneCluster, request: pytest.FixtureRequest) -> Iterator[StandaloneCluster]:
+    """The session's cluster with both workers ALIVE; the nodes' logs printed when the test fails."""
+    for worker in spark_cluster.workers:
+        if not worker.process.alive:  # a test before this one failed before restarting it
+            spark_cluster.restart_worker(worker.index)
+    yield spark_cluster
+    rep = getattr(request.node, "rep_call", None)
+    if rep is not None and rep.failed:
+        print(spark_cluster.logs(60))

@@ -90,8 +90,9 @@ def summary_lines(out: str) -> list[str]:
 
 @pytest.mark.parametrize("cluster", [3], indirect=True)
 def test_replay_and_audit_on_a_standalone_cluster(
-    cluster: Cluster, spark_cluster: StandaloneCluster, tmp_path: Path
+    cluster: Cluster, standalone: StandaloneCluster, tmp_path: Path
 ) -> None:
+    spark_cluster = standalone
     files = cluster.drainer("--syncer.db-type", "file", sink="file", name="fdrainer")
     db = sysbench_and_ddl(cluster, "k", seed=37, txns=100, prefixes=("k_", "h_"))
     cluster.wait_applied(files, cluster.now())
@@ -166,7 +167,8 @@ def test_replay_and_audit_on_a_standalone_cluster(
 
 
 @pytest.mark.parametrize("cluster", [3], indirect=True)
-def test_a_worker_killed_during_a_replay_loses_nothing(cluster: Cluster, spark_cluster: StandaloneCluster) -> None:
+def test_a_worker_killed_during_a_replay_loses_nothing(cluster: Cluster, standalone: StandaloneCluster) -> None:
+    spark_cluster = standalone
     db = cluster.writer()
     sb = make_workload("sysbench", WorkloadOptions(database=cluster.dbname("wsb"), tables=2, table_size=200))
     sb.setup(db)
@@ -178,6 +180,8 @@ def test_a_worker_killed_during_a_replay_loses_nothing(cluster: Cluster, spark_c
     assert m is not None
     argv = cluster_cli(
         spark_cluster,
+        "--conf",  # the first stage waits for both executors: worker 0 gets tasks to lose
+        "spark.scheduler.minRegisteredResourcesRatio=1.0",
         "replay",
         "--from-pump-addrs",
         *(p.addr for p in cluster.pumps),

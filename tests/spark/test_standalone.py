@@ -21,7 +21,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -137,18 +136,6 @@ class Driver:
     def log_tail(self, lines: int = 40) -> str:
         self._log.flush()
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-
-
-@pytest.fixture
-def standalone(spark_cluster: StandaloneCluster, request: pytest.FixtureRequest) -> Iterator[StandaloneCluster]:
-    """The session's cluster with both workers ALIVE; the nodes' logs printed when the test fails."""
-    for worker in spark_cluster.workers:
-        if not worker.process.alive:  # a test before this one failed before restarting it
-            spark_cluster.restart_worker(worker.index)
-    yield spark_cluster
-    rep = getattr(request.node, "rep_call", None)
-    if rep is not None and rep.failed:
-        print(spark_cluster.logs(60))
 
 
 def test_a_job_runs_on_both_workers_and_survives_a_killed_one(standalone: StandaloneCluster, tmp_path: Path) -> None:

@@ -61,8 +61,8 @@ def test_every_pump_gets_its_windows_and_the_probe_sees_the_whole_window() -> No
         [PumpAddr("a", "a:1"), PumpAddr("b", "b:1")], cluster_id=1, after=after, upto=upto, per_pump=4, first=first_ts
     )
     assert [(w.after, w.upto) for w in seen] == [(after, upto), (after, upto)]
-    assert [w.name for w in ws] == ["a"] * 4 + ["b"] * 4
-    assert [w.upto for w in ws[:4]] == [compose(1010, 0), compose(1020, 0), compose(1030, 0), upto]
+    assert [w.name for w in ws] == ["a", "b"] * 4  # the pumps in turn
+    assert [w.upto for w in ws if w.name == "a"] == [compose(1010, 0), compose(1020, 0), compose(1030, 0), upto]
 
 
 def test_a_probe_failure_and_an_empty_window_are_refused() -> None:
@@ -83,3 +83,22 @@ def test_pump_addresses() -> None:
             parse_pump_addrs([bad])
     with pytest.raises(InputError, match="no pump address given"):
         parse_pump_addrs([" , "])
+
+
+def test_a_ddl_still_running_at_stop_ts_is_not_in_the_schema_at_stop_ts() -> None:
+    """A TRUNCATE that started inside the window but whose DDL binlog is not in it committed after
+    stop-ts: a replay "up to just before it" keeps the old table (its rows), not the new empty one."""
+    from common.schema.model import Job, JobType
+    from spark_jobs.readers.pump_net import ddl_commit_times
+    from spark_jobs.replay.ddl import effective_times, version_at
+
+    def job(i: int, version: int, start_ts: int) -> Job:
+        return Job(i, JobType.TRUNCATE_TABLE, 1, "d", 10 + i, "t", version, "q", start_ts=start_ts)
+
+    before, seen_in_window, running = job(1, 1, 50), job(2, 2, 150), job(3, 3, 180)
+    jobs = [before, seen_in_window, running]
+    times = ddl_commit_times({2: 160}, jobs, after=100, stop_ts=200)
+    assert times == {2: 160, 3: 201}  # job 1: committed before the window, its start_ts stands
+    schedule = effective_times(jobs, times)
+    assert version_at(schedule, 200) == 2
+    assert version_at(effective_times(jobs, {2: 160}), 200) == 3  # what the read alone would have said

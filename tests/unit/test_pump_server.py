@@ -18,6 +18,7 @@ import pytest
 
 from common.errors import BinlogError, StorageClosedError
 from common.pb import binlog_pb2, gogo, pump_pb2, pump_pb2_grpc
+from common.pull import GC_TS_METADATA
 from common.registry import NodeState
 from pump import server as server_mod
 from pump.memory_storage import MemoryStorage
@@ -281,6 +282,56 @@ def test_cancel_ends_the_server_side_stream(pump: Pump) -> None:
     puller.cancel()
     wait_until(lambda: pump.service.live_streams == 0, "the server to end the stream")
     assert sample(pump, "binlog_pump_rpc_duration_seconds_count", {"method": "PullBinlogs", "label": "succ"}) == 1
+
+
+def test_pulls_cancelled_at_once_give_their_slots_back_and_a_stream_announces_the_gc_ts() -> None:
+    """A client that leaves while the pump sends the stream's initial metadata (its gc ts) must not keep
+    the stream's slot: with slots leaking, a pump soon refuses every stream, its drainer's too."""
+    p, server = start_pump(workers=8)  # 4 stream slots
+    try:
+        for _ in range(200):
+            p.stub.PullBinlogs(pump_pb2.PullBinlogReq(clusterID=CLUSTER)).cancel()
+        wait_until(lambda: p.service.live_streams == 0, "every cancelled stream to give its slot back")
+        call = p.stub.PullBinlogs(pump_pb2.PullBinlogReq(clusterID=CLUSTER))
+        assert dict(call.initial_metadata())[GC_TS_METADATA] == "0"
+        assert write(p, gogo.fake_binlog(7)).errmsg == ""
+        first = next(iter(call))
+        assert first.entity.meta.commitTs == 7  # served after 200 cancelled pulls
+        call.cancel()
+    finally:
+        p.channel.close()
+        p.service.close_streams()
+        server.stop(1.0)
+
+
+class _LeavingContext:
+    """A servicer context whose client is gone by the time the stream sends its initial metadata."""
+
+    def peer(self) -> str:
+        return "ipv4:127.0.0.1:1"
+
+    def add_done_callback(self, cb: object) -> None:
+        pass
+
+    def done(self) -> bool:
+        return True
+
+    async def send_initial_metadata(self, metadata: object) -> None:
+        raise asyncio.CancelledError
+
+    async def abort(self, code: object, details: str) -> None:
+        raise AssertionError(f"abort({code}, {details})")
+
+
+def test_a_client_gone_before_the_initial_metadata_gives_its_slot_back(pump: Pump) -> None:
+    async def pull() -> None:
+        stream = pump.service.pull_binlogs(pump_pb2.PullBinlogReq(clusterID=CLUSTER), _LeavingContext())  # type: ignore[arg-type]
+        with pytest.raises(asyncio.CancelledError):
+            await anext(stream)
+
+    for _ in range(10):  # more than the 4 slots
+        asyncio.run(pull())
+    assert pump.service.live_streams == 0
 
 
 def test_close_streams_ends_streams_with_unavailable_and_refuses_new_ones(pump: Pump) -> None:
