@@ -24,9 +24,10 @@
 # for binlog-spark, so it is left out unless --build-arg EXTRAS=playground,kafka,spark, which also installs a
 # JRE; without it binlog-spark is present but its Spark jobs say to install the spark extra.
 #
-# Behind a TLS-intercepting proxy pip needs the proxy's CA: with podman / buildah mount the host's CA
-# directory into the build and point pip at its bundle (`make image` does so when the host has one):
-#     podman build -v /etc/ssl/certs:/etc/ssl/certs:ro --build-arg PIP_CERT=/etc/ssl/certs/ca-certificates.crt .
+# Behind a TLS-intercepting proxy pip (and apt, for the JRE) need the proxy's CA: with podman / buildah
+# mount the host's CA directory into the build and point them at its bundle (`make image` does so when the
+# host has one).  Not over /etc/ssl/certs: installing the JRE writes /etc/ssl/certs/java/cacerts.
+#     podman build -v /etc/ssl/certs:/run/host-ca:ro --build-arg PIP_CERT=/run/host-ca/ca-certificates.crt .
 
 ARG BASE_IMAGE=python:3.11-slim-bookworm
 
@@ -72,11 +73,13 @@ RUN chmod 0755 /opt/tidb-binlog/bin/tidb-binlog-image /opt/tidb-binlog/bin/healt
 # can be pulled.  First start: an empty /var/lib/mysql is initialised; every start sets root@'%' to
 # MARIADB_ROOT_PASSWORD (see deploy/docker/mariadb_entrypoint.py).  Runs as mysql.
 FROM ${BASE_IMAGE} AS mariadb
+ARG PIP_CERT=
 ENV DEBIAN_FRONTEND=noninteractive
 RUN printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d \
  && chmod 0755 /usr/sbin/policy-rc.d \
- && apt-get update \
- && apt-get install -y --no-install-recommends mariadb-server mariadb-client \
+ && apt-get ${PIP_CERT:+-o Acquire::https::CaInfo=$PIP_CERT} update \
+ && apt-get ${PIP_CERT:+-o Acquire::https::CaInfo=$PIP_CERT} install -y --no-install-recommends \
+        mariadb-server mariadb-client \
  && rm -rf /var/lib/apt/lists/* /var/lib/mysql \
  && install -d -o mysql -g mysql -m 0750 /var/lib/mysql \
  && install -d -o mysql -g mysql -m 0755 /run/mysqld
@@ -90,12 +93,14 @@ ENTRYPOINT ["tidb-binlog-mariadb"]
 
 FROM ${BASE_IMAGE} AS runtime
 ARG EXTRAS=playground,kafka
+ARG PIP_CERT=
 LABEL org.opencontainers.image.title="tidb-binlog-py" \
       org.opencontainers.image.description="TiDB-Binlog in Python: pd-server, pump, drainer, arbiter and tools" \
       org.opencontainers.image.licenses="Apache-2.0"
 RUN case ",$EXTRAS," in *,spark,*) \
-        apt-get update \
-        && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
+        apt-get ${PIP_CERT:+-o Acquire::https::CaInfo=$PIP_CERT} update \
+        && apt-get ${PIP_CERT:+-o Acquire::https::CaInfo=$PIP_CERT} install -y --no-install-recommends \
+            openjdk-17-jre-headless \
         && rm -rf /var/lib/apt/lists/* ;; \
     esac \
  && groupadd --system --gid 10001 tidb-binlog \

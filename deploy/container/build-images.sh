@@ -20,7 +20,8 @@
 # reads CONTAINERS_CONF (default deploy/container/containers.conf: runc, cgroupfs, no default ulimits).
 #
 # HOST_CA_CERTS: a host directory of CA certificates holding ca-certificates.crt, mounted read-only at
-# /etc/ssl/certs during the build, with pip pointed at that bundle (PIP_CERT): for hosts behind a
+# /run/host-ca during the build (not over /etc/ssl/certs: the JRE's ca-certificates-java writes its
+# keystore there), with pip and apt pointed at that bundle (PIP_CERT): for hosts behind a
 # TLS-intercepting proxy.  podman (buildah) only: docker build mounts no host directory.  Default: the
 # host's /etc/ssl/certs when the engine is podman and it holds ca-certificates.crt; set it empty for none.
 #
@@ -129,7 +130,7 @@ if [ -n "${BUILD_NETWORK-host}" ]; then
 fi
 if [ -n "$ca" ]; then
     [ -f "$ca/ca-certificates.crt" ] || { echo "$0: HOST_CA_CERTS=$ca holds no ca-certificates.crt" >&2; exit 1; }
-    set -- "$@" -v "$ca:/etc/ssl/certs:ro" --build-arg PIP_CERT=/etc/ssl/certs/ca-certificates.crt
+    set -- "$@" -v "$ca:/run/host-ca:ro" --build-arg PIP_CERT=/run/host-ca/ca-certificates.crt
     echo "build with the host's CA certificates ($ca)"
 fi
 

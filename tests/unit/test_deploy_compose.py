@@ -48,6 +48,8 @@ OUR_IMAGE = "tidb-binlog-py:latest"
 MARIADB_IMAGE = "tidb-binlog-mariadb:latest"
 PUMPS = ("pump1", "pump2", "pump3")
 SPARK = {"spark-master", "spark-worker"}
+SPARK_IMAGE = "${SPARK_IMAGE:-tidb-binlog-py:latest}"
+"""Our image by default; one built with the spark extra (a JRE and pyspark) when SPARK_IMAGE names it."""
 SERVICES = {"etcd", "pd-server", *PUMPS, "drainer", "writer", "mariadb", "prometheus", "grafana", *SPARK}
 MONITORING = {"prometheus", "grafana"}
 PROFILES = {**dict.fromkeys(MONITORING, "monitoring"), **dict.fromkeys(SPARK, "spark")}
@@ -78,7 +80,8 @@ def services() -> dict[str, Service]:
 
 
 def ours(name: str) -> bool:
-    return bool(services()[name].get("image") == OUR_IMAGE)
+    """Runs our image (the Spark services: the one SPARK_IMAGE names, by default ours)."""
+    return services()[name].get("image") in (OUR_IMAGE, SPARK_IMAGE)
 
 
 def mounts(service: Service) -> list[tuple[str, str, str]]:
@@ -195,7 +198,8 @@ def test_the_default_profile_runs_only_images_built_here() -> None:
         build = service["build"]
         assert (build["context"], build["dockerfile"]) == (".", "Dockerfile")
         assert build["target"] in dockerfile_stages()
-        expected = {OUR_IMAGE: "runtime", MARIADB_IMAGE: "mariadb"}
+        expected = {OUR_IMAGE: "runtime", MARIADB_IMAGE: "mariadb", SPARK_IMAGE: "runtime"}
+        assert (service["image"] == SPARK_IMAGE) == (name in SPARK), f"{name}: {service['image']}"
         assert build["target"] == expected[service["image"]], f"{name}: {service['image']} from {build['target']}"
     # nothing the default profile starts waits for a service it does not start
     for name, service in services().items():

@@ -102,7 +102,7 @@ def test_pip_runs_from_the_venv_so_a_debian_base_works_too() -> None:
 
 def test_pip_cert_build_arg_is_used_only_when_given() -> None:
     """PIP_CERT (with the host's CA directory mounted by the builder) reaches pip; empty means pip's default."""
-    assert build_arg_defaults("PIP_CERT") == [""]
+    assert set(build_arg_defaults("PIP_CERT")) == {""}  # every stage: unset unless given
     run_lines = " ".join(rest for keyword, rest in stages()[0] if keyword == "RUN")
     guard = run_lines.split(" && ", 1)[0]
     assert sh(f"{guard}; echo ${{PIP_CERT-unset}}", PIP_CERT="") == "unset\n"
@@ -113,7 +113,7 @@ def test_the_mariadb_target_runs_debian_mariadb_as_mysql() -> None:
     mariadb = dict(stages()[1])
     assert mariadb["FROM"] == "${BASE_IMAGE} AS mariadb"
     setup = " ".join(rest for keyword, rest in stages()[1] if keyword == "RUN")
-    assert "apt-get install -y --no-install-recommends mariadb-server" in setup
+    assert "install -y --no-install-recommends mariadb-server" in " ".join(setup.split())
     assert "policy-rc.d" in setup  # the package's scripts start no server during the build
     assert mariadb["USER"] == "mysql"
     assert mariadb["ENTRYPOINT"] == '["tidb-binlog-mariadb"]'
@@ -560,7 +560,7 @@ def test_build_images_mounts_the_ca_directory_for_pip(tmp_path: Path) -> None:
     calls = run_build_images(tmp_path, pull=0, HOST_CA_CERTS=str(certs))
     assert len(builds(calls)) == 2
     for build in builds(calls):
-        assert f" -v {certs}:/etc/ssl/certs:ro --build-arg PIP_CERT=/etc/ssl/certs/ca-certificates.crt " in build
+        assert f" -v {certs}:/run/host-ca:ro --build-arg PIP_CERT=/run/host-ca/ca-certificates.crt " in build
 
 
 def test_build_images_if_missing_builds_nothing_when_both_exist(tmp_path: Path) -> None:
