@@ -140,9 +140,9 @@ def _add_replay(sub: Any) -> None:
         metavar="SECONDS",
         help=f"fail when a pump sends nothing for this long (default {DEFAULT_IDLE_TIMEOUT:g})",
     )
-    net.add_argument("--ssl-ca", default="", metavar="FILE", help="CA certificate of TLS pumps (PEM)")
-    net.add_argument("--ssl-cert", default="", metavar="FILE", help="client certificate for TLS pumps (PEM)")
-    net.add_argument("--ssl-key", default="", metavar="FILE", help="its key (PEM)")
+    p.add_argument("--ssl-ca", default="", metavar="FILE", help="CA of a TLS cluster: etcd, pd-server, pumps (PEM)")
+    p.add_argument("--ssl-cert", default="", metavar="FILE", help="this client's certificate for them (PEM)")
+    p.add_argument("--ssl-key", default="", metavar="FILE", help="its key (PEM)")
     p.add_argument("--to", metavar="URL", help="mysql://user:pass@host:port or sqlite:///path.db")
     p.add_argument("--to-parquet", metavar="DIR", help="write the final images as parquet files instead")
     p.add_argument("--db-prefix", default="", metavar="P", help="MySQL target: write database d as P+d")
@@ -230,6 +230,7 @@ def replay_main(args: argparse.Namespace) -> int:
     from py4j.protocol import Py4JError  # type: ignore[import-untyped]
     from pyspark.errors import PySparkException
 
+    from common.tls import client_tls_from_flags
     from spark_jobs.readers.ddl import load_history
     from spark_jobs.replay.job import ReplayOptions, run_replay
     from spark_jobs.replay.target import MySQLTarget, parse_target
@@ -251,11 +252,12 @@ def replay_main(args: argparse.Namespace) -> int:
             batch_rows=args.batch_rows,
             files_tz=args.files_tz,
         )
+        tls = client_tls_from_flags(args.ssl_ca, args.ssl_cert, args.ssl_key)  # ConfigError: one line, exit 2
         if args.from_pump_addrs or args.from_cluster:
-            opts = _live_pumps(opts, args)
+            opts = _live_pumps(opts, args, tls)
         opts.check()
         _check_source(opts)
-        jobs = load_history(pd_urls=opts.pd_urls, ddl_file=opts.ddl_file)
+        jobs = load_history(pd_urls=opts.pd_urls, ddl_file=opts.ddl_file, tls=tls)
         if isinstance(target, MySQLTarget):
             connect_mysql(target).close()  # an unreachable target fails before any work
         spark = make_session(args.master, f"{PROG} replay", dict(args.conf), log_level=args.log_level)
@@ -271,14 +273,12 @@ def replay_main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _live_pumps(opts: Any, args: argparse.Namespace) -> Any:
+def _live_pumps(opts: Any, args: argparse.Namespace, tls: Any) -> Any:
     """`opts` with the windows of the live pumps (probed; stop-ts fixed) for --from-pump-addrs / --from-cluster."""
     from dataclasses import replace
 
-    from common.tls import client_tls_from_flags
     from spark_jobs.readers.pump_net import live_windows
 
-    tls = client_tls_from_flags(args.ssl_ca, args.ssl_cert, args.ssl_key)  # ConfigError: one line, exit 2
     windows, stop_ts = live_windows(
         addrs=args.from_pump_addrs,
         pd_urls=args.pd_urls,

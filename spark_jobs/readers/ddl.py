@@ -17,11 +17,14 @@ import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from common.errors import BinlogError
 from common.schema.model import Job, job_from_dict, job_to_dict
 from spark_jobs.errors import InputError
+
+if TYPE_CHECKING:
+    from common.tls import TLS
 
 __all__ = ["EXPORT_FORMAT", "EXPORT_VERSION", "jobs_from_etcd", "load_history", "read_export", "write_export"]
 
@@ -37,13 +40,14 @@ def _sorted(jobs: Sequence[Job]) -> list[Job]:
     return sorted(jobs, key=lambda j: (j.schema_version, j.id))
 
 
-def jobs_from_etcd(pd_urls: str) -> list[Job]:
-    """Every job of the DDL history in the etcd at `pd_urls`; InputError when it cannot be read."""
+def jobs_from_etcd(pd_urls: str, tls: TLS | None = None) -> list[Job]:
+    """Every job of the DDL history in the etcd at `pd_urls` (over TLS with `tls`); InputError when it
+    cannot be read."""
     from common.etcd import EtcdClient
     from common.schema.history import DDLHistory
 
     try:
-        client = EtcdClient(pd_urls, retry_for=ETCD_RETRY_FOR)
+        client = EtcdClient(pd_urls, retry_for=ETCD_RETRY_FOR, tls=tls)
     except BinlogError as exc:
         raise InputError(f"--pd-urls {pd_urls}: {exc}") from None
     try:
@@ -91,10 +95,10 @@ def write_export(jobs: Sequence[Job], path: str | os.PathLike[str]) -> None:
         raise InputError(f"cannot write the DDL history export {p}: {exc.strerror or exc}") from None
 
 
-def load_history(*, pd_urls: str | None = None, ddl_file: str | None = None) -> list[Job]:
+def load_history(*, pd_urls: str | None = None, ddl_file: str | None = None, tls: TLS | None = None) -> list[Job]:
     """The DDL history from exactly one of `ddl_file` (an export) or `pd_urls` (etcd)."""
     if ddl_file:
         return read_export(ddl_file)
     if pd_urls:
-        return jobs_from_etcd(pd_urls)
+        return jobs_from_etcd(pd_urls, tls)
     raise InputError("no DDL history: give --ddl-history FILE (an export) or --pd-urls URL (the cluster's etcd)")

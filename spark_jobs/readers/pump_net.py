@@ -95,7 +95,7 @@ def parse_pump_addrs(addrs: Sequence[str]) -> list[PumpAddr]:
     return out
 
 
-def discover_pumps(pd_urls: str, after: int) -> list[PumpAddr]:
+def discover_pumps(pd_urls: str, after: int, tls: TLS | None = None) -> list[PumpAddr]:
     """The pumps registered in the cluster's etcd, as the drainer finds them.  A pump that is offline
     is left out when its last commit_ts is at or before `after` (it holds nothing of the window);
     otherwise it still holds binlogs of the window that only its data directory can give: InputError."""
@@ -104,7 +104,7 @@ def discover_pumps(pd_urls: str, after: int) -> list[PumpAddr]:
     from spark_jobs.readers.ddl import ETCD_RETRY_FOR
 
     try:
-        client = EtcdClient(pd_urls, retry_for=ETCD_RETRY_FOR)
+        client = EtcdClient(pd_urls, retry_for=ETCD_RETRY_FOR, tls=tls)
     except BinlogError as exc:
         raise InputError(f"--pd-urls {pd_urls}: {exc}") from None
     try:
@@ -238,16 +238,17 @@ def live_windows(
 ) -> tuple[list[PumpWindow], int]:
     """The windows of a replay from live pumps (`addrs`, else the pumps registered at `pd_urls`) and its
     stop ts: `stop_ts`, else a fresh TSO from the cluster's pd-server.  The cluster id is `cluster_id`,
-    else read from `pd_urls`.  InputError for what is missing; PumpReadError for a pump that cannot serve."""
+    else read from `pd_urls`.  `tls`: etcd, pd-server and the pumps are spoken to over TLS.  InputError
+    for what is missing; PumpReadError for a pump that cannot serve."""
     after = start_ts or 0
     if cluster_id is None or stop_ts is None:
         if not pd_urls:
             missing = " and ".join(n for n, v in (("--cluster-id", cluster_id), ("--stop-ts", stop_ts)) if v is None)
             raise InputError(f"reading live pumps needs --pd-urls (the cluster's etcd) or {missing}")
-        cluster_id, stop_ts = _from_pd(pd_urls, cluster_id, stop_ts)
+        cluster_id, stop_ts = _from_pd(pd_urls, cluster_id, stop_ts, tls)
     if not addrs and not pd_urls:
         raise InputError("--from-cluster needs --pd-urls")
-    pumps = parse_pump_addrs(addrs) if addrs else discover_pumps(pd_urls or "", after)
+    pumps = parse_pump_addrs(addrs) if addrs else discover_pumps(pd_urls or "", after, tls)
     windows = plan_windows(
         pumps, cluster_id=cluster_id, after=after, upto=stop_ts, per_pump=per_pump, tls=tls, idle_timeout=idle_timeout
     )
@@ -255,13 +256,13 @@ def live_windows(
     return windows, stop_ts
 
 
-def _from_pd(pd_urls: str, cluster_id: int | None, stop_ts: int | None) -> tuple[int, int]:
+def _from_pd(pd_urls: str, cluster_id: int | None, stop_ts: int | None, tls: TLS | None) -> tuple[int, int]:
     from common.etcd import EtcdClient
     from common.pd_client import TSOClient
     from spark_jobs.readers.ddl import ETCD_RETRY_FOR
 
     try:
-        etcd = EtcdClient(pd_urls, retry_for=ETCD_RETRY_FOR)
+        etcd = EtcdClient(pd_urls, retry_for=ETCD_RETRY_FOR, tls=tls)
     except BinlogError as exc:
         raise InputError(f"--pd-urls {pd_urls}: {exc}") from None
     tso = TSOClient(etcd)

@@ -361,3 +361,27 @@ def test_binlog_workload_writes_through_the_tls_cluster(tls_cluster: TLSCluster,
     assert missing.returncode == 2, missing.stderr
     assert "--ssl-ca" in missing.stderr
     assert "nope.pem" in missing.stderr
+
+
+def test_replay_reads_tls_pumps_with_the_client_certificate(tls_cluster: TLSCluster) -> None:
+    """`binlog-spark replay --from-cluster` on a TLS cluster (the windows, without Spark): etcd, pd-server
+    and every pump over TLS with --ssl-*; without them the first pump named in one line, nothing read."""
+    from common.errors import PumpReadError
+    from common.pull import pull_window
+    from spark_jobs.errors import InputError
+    from spark_jobs.readers.pump_net import live_windows
+
+    c, pki = tls_cluster.cluster, tls_cluster.pki
+    tls = tls_of(pki, pki.client)
+    windows, stop_ts = live_windows(
+        addrs=None, pd_urls=c.etcd_server.url, cluster_id=None, start_ts=None, stop_ts=None, tls=tls
+    )
+    assert {w.addr for w in windows} == {p.addr for p in c.pumps}
+    assert all(w.upto <= stop_ts for w in windows)
+    for w in windows:  # each window reads to its end over TLS (a pump's fake binlogs at least pass stop-ts)
+        assert all(item.binlog.commit_ts <= w.upto for item in pull_window(w))
+    with pytest.raises(InputError, match="--pd-urls"):  # etcd refuses a client without a certificate
+        live_windows(addrs=None, pd_urls=c.etcd_server.url, cluster_id=None, start_ts=None, stop_ts=None)
+    addr = c.pumps[0].addr
+    with pytest.raises(PumpReadError, match=rf"pump {addr} at {addr}: PullBinlogs failed .*UNAVAILABLE"):
+        live_windows(addrs=[addr], pd_urls=None, cluster_id=c.cluster_id, start_ts=None, stop_ts=stop_ts)
