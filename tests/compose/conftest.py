@@ -42,19 +42,25 @@ def podman_engine() -> str:
 @pytest.fixture(scope="session")
 def compose_images(podman_engine: str) -> list[str]:
     images = ["tidb-binlog-py:latest", "tidb-binlog-mariadb:latest"]
+    build_missing(images, CONTAINER_ENGINE=podman_engine)
+    return images
+
+
+def build_missing(images: list[str], **env: str) -> None:
+    """deploy/container/build-images.sh --if-missing with `env` (IMAGE, EXTRAS, ...) unless every image of
+    `images` exists; the test fails with the build's output if it does."""
     if all(podman("image", "exists", image, check=False).returncode == 0 for image in images):
-        return images
+        return
     done = subprocess.run(
         [str(ROOT / "deploy" / "container" / "build-images.sh"), "--if-missing"],
-        env=engine_env(CONTAINER_ENGINE=podman_engine),
+        env=engine_env(**env),
         capture_output=True,
         text=True,
         timeout=1800,
         check=False,
     )
     if done.returncode != 0:
-        pytest.fail(f"building the images failed (exit {done.returncode}):\n{tail(done.stdout + done.stderr, 6000)}")
-    return images
+        pytest.fail(f"building {images} failed (exit {done.returncode}):\n{tail(done.stdout + done.stderr, 6000)}")
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.compose.cluster import COMPOSE_FILE, http_json
+from tests.compose.conftest import build_missing
 from tests.compose.engine import ROOT, EngineError, compose_command, engine_env, podman, tail, wait_for
 
 pytestmark = pytest.mark.timeout(900)  # the first run builds the spark image (a JRE and pyspark): about a minute
@@ -81,18 +82,7 @@ def leftovers() -> list[str]:
 @pytest.fixture
 def spark_image(podman_engine: str) -> str:
     """Our image with the spark extra, built when missing (the layer cache shares the base and the build)."""
-    if podman("image", "exists", SPARK_IMAGE, check=False).returncode == 0:
-        return SPARK_IMAGE
-    done = subprocess.run(
-        [str(ROOT / "deploy" / "container" / "build-images.sh"), "--if-missing"],
-        env=engine_env(CONTAINER_ENGINE=podman_engine, IMAGE=SPARK_IMAGE, EXTRAS="playground,kafka,spark"),
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.fail(f"building {SPARK_IMAGE} failed (exit {done.returncode}):\n{tail(done.stdout + done.stderr, 6000)}")
+    build_missing([SPARK_IMAGE], CONTAINER_ENGINE=podman_engine, IMAGE=SPARK_IMAGE, EXTRAS="playground,kafka,spark")
     return SPARK_IMAGE
 
 
