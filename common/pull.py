@@ -44,6 +44,7 @@ __all__ = [
     "PulledCommit",
     "PumpReadError",
     "PumpWindow",
+    "channel_options",
     "first_ts",
     "pull_window",
 ]
@@ -128,13 +129,19 @@ class _IdleWatch:
                 return
 
 
-def _channel(w: PumpWindow) -> grpc.Channel:
-    options = [
-        ("grpc.max_receive_message_length", MAX_MESSAGE_SIZE),
-        ("grpc.max_send_message_length", MAX_MESSAGE_SIZE),
+def channel_options(max_message_size: int = MAX_MESSAGE_SIZE) -> list[tuple[str, int]]:
+    """The options of a channel that pulls binlogs: messages up to `max_message_size`, the HTTP/2 window
+    fixed at STREAM_WINDOW_BYTES (no BDP probing, which grows it)."""
+    return [
+        ("grpc.max_receive_message_length", max_message_size),
+        ("grpc.max_send_message_length", max_message_size),
         ("grpc.http2.bdp_probe", 0),
         ("grpc.http2.lookahead_bytes", STREAM_WINDOW_BYTES),
     ]
+
+
+def _channel(w: PumpWindow) -> grpc.Channel:
+    options = channel_options()
     if w.tls_pem is None:
         return grpc.insecure_channel(w.addr, options=options)
     ca, cert, key = w.tls_pem

@@ -33,7 +33,7 @@ repeated across reconnects.
   prewrite value stays a view of the received message, never copied.  The next binlog is received
   only when `Merger.wait_room` allows it (room in the pump's merge buffer; one pump at a time
   receives ahead of need, as a receive costs grpcio about three times the binlog), and the stream's
-  HTTP/2 window is fixed at :data:`STREAM_WINDOW_BYTES`: with grpc's default BDP probing the window
+  HTTP/2 window is fixed at :data:`common.pull.STREAM_WINDOW_BYTES`: with grpc's default BDP probing the window
   grows, and a pump sends the next 64 MiB binlogs into the channel's buffers while the puller waits.
 """
 
@@ -51,7 +51,7 @@ from google.protobuf.message import DecodeError
 from common.errors import CodecError
 from common.pb import pump_pb2
 from common.pb.wire import pull_entity, split_binlog
-from common.pull import PULL_METHOD, STREAM_WINDOW_BYTES
+from common.pull import PULL_METHOD, channel_options
 from common.tls import TLS, connect_hint
 from drainer.errors import PullerError
 from drainer.malloc import trim
@@ -257,12 +257,7 @@ class Puller:
 
     def _pull_once(self) -> None:
         """One PullBinlogs stream, until it fails or the puller is paused / closed."""
-        options = [
-            ("grpc.max_receive_message_length", self._max_message_size),
-            ("grpc.max_send_message_length", self._max_message_size),
-            ("grpc.http2.bdp_probe", 0),
-            ("grpc.http2.lookahead_bytes", STREAM_WINDOW_BYTES),
-        ]
+        options = channel_options(self._max_message_size)
         with self._cond:
             addr = self.addr
             offset = self.last_ts

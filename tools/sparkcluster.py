@@ -72,14 +72,6 @@ class WorkerProcess:
     webui_port: int = 0
 
     @property
-    def pid(self) -> int | None:
-        return self.process.pid
-
-    @property
-    def log_path(self) -> Path:
-        return self.process.log_path
-
-    @property
     def node(self) -> str:
         return f"worker-{self.index}"
 

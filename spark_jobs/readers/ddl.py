@@ -24,9 +24,18 @@ from common.schema.model import Job, job_from_dict, job_to_dict
 from spark_jobs.errors import InputError
 
 if TYPE_CHECKING:
+    from common.etcd import EtcdClient
     from common.tls import TLS
 
-__all__ = ["EXPORT_FORMAT", "EXPORT_VERSION", "jobs_from_etcd", "load_history", "read_export", "write_export"]
+__all__ = [
+    "EXPORT_FORMAT",
+    "EXPORT_VERSION",
+    "etcd_client",
+    "jobs_from_etcd",
+    "load_history",
+    "read_export",
+    "write_export",
+]
 
 log = logging.getLogger(__name__)
 
@@ -40,16 +49,22 @@ def _sorted(jobs: Sequence[Job]) -> list[Job]:
     return sorted(jobs, key=lambda j: (j.schema_version, j.id))
 
 
+def etcd_client(pd_urls: str, tls: TLS | None = None) -> EtcdClient:
+    """A client of the cluster's etcd at `pd_urls` (over TLS with `tls`); InputError naming --pd-urls."""
+    from common.etcd import EtcdClient
+
+    try:
+        return EtcdClient(pd_urls, retry_for=ETCD_RETRY_FOR, tls=tls)
+    except BinlogError as exc:
+        raise InputError(f"--pd-urls {pd_urls}: {exc}") from None
+
+
 def jobs_from_etcd(pd_urls: str, tls: TLS | None = None) -> list[Job]:
     """Every job of the DDL history in the etcd at `pd_urls` (over TLS with `tls`); InputError when it
     cannot be read."""
-    from common.etcd import EtcdClient
     from common.schema.history import DDLHistory
 
-    try:
-        client = EtcdClient(pd_urls, retry_for=ETCD_RETRY_FOR, tls=tls)
-    except BinlogError as exc:
-        raise InputError(f"--pd-urls {pd_urls}: {exc}") from None
+    client = etcd_client(pd_urls, tls)
     try:
         jobs = DDLHistory(client).load()
     except BinlogError as exc:

@@ -34,7 +34,7 @@ from common.pull import DEFAULT_IDLE_TIMEOUT, PumpWindow, first_ts, pull_window
 from common.schema.model import Job
 from common.tso import compose, physical
 from spark_jobs.errors import InputError
-from spark_jobs.readers.changes import Change, dml_changes
+from spark_jobs.readers.changes import dml_changes
 from spark_jobs.readers.damage import DamageReport
 from spark_jobs.readers.ranges import Damage
 
@@ -99,14 +99,10 @@ def discover_pumps(pd_urls: str, after: int, tls: TLS | None = None) -> list[Pum
     """The pumps registered in the cluster's etcd, as the drainer finds them.  A pump that is offline
     is left out when its last commit_ts is at or before `after` (it holds nothing of the window);
     otherwise it still holds binlogs of the window that only its data directory can give: InputError."""
-    from common.etcd import EtcdClient
     from common.registry import NodeKind, NodeState, Registry
-    from spark_jobs.readers.ddl import ETCD_RETRY_FOR
+    from spark_jobs.readers.ddl import etcd_client
 
-    try:
-        client = EtcdClient(pd_urls, retry_for=ETCD_RETRY_FOR, tls=tls)
-    except BinlogError as exc:
-        raise InputError(f"--pd-urls {pd_urls}: {exc}") from None
+    client = etcd_client(pd_urls, tls)
     try:
         nodes = Registry(client).list(NodeKind.PUMP)
     except BinlogError as exc:
@@ -220,11 +216,6 @@ def ddl_commit_times(seen: Mapping[int, int], jobs: Sequence[Job], *, after: int
     return times
 
 
-def change_of(row: Tagged) -> Change:
-    change: Change = row[1]
-    return change
-
-
 def live_windows(
     *,
     addrs: Sequence[str] | None,
@@ -257,14 +248,10 @@ def live_windows(
 
 
 def _from_pd(pd_urls: str, cluster_id: int | None, stop_ts: int | None, tls: TLS | None) -> tuple[int, int]:
-    from common.etcd import EtcdClient
     from common.pd_client import TSOClient
-    from spark_jobs.readers.ddl import ETCD_RETRY_FOR
+    from spark_jobs.readers.ddl import etcd_client
 
-    try:
-        etcd = EtcdClient(pd_urls, retry_for=ETCD_RETRY_FOR, tls=tls)
-    except BinlogError as exc:
-        raise InputError(f"--pd-urls {pd_urls}: {exc}") from None
+    etcd = etcd_client(pd_urls, tls)
     tso = TSOClient(etcd)
     try:
         if cluster_id is None:

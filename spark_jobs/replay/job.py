@@ -252,7 +252,7 @@ def _from_pump_addrs(
     from pyspark import StorageLevel
 
     from spark_jobs.readers.changes import CHANGE_DDL, Change, counted
-    from spark_jobs.readers.pump_net import CHANGE, DDL, NetPlan, Tagged, change_of, ddl_commit_times, window_rows
+    from spark_jobs.readers.pump_net import CHANGE, DDL, NetPlan, Tagged, ddl_commit_times, window_rows
 
     sc = spark.sparkContext
     windows = list(opts.pump_windows)
@@ -284,7 +284,7 @@ def _from_pump_addrs(
     keep = frozenset(t.table_id for t in tables)  # counted as the other readers count: tables replayed only
 
     def kept(part: Iterable[Tagged]) -> Iterator[Change]:
-        return counted((change_of(r) for r in part if r[0] == CHANGE and r[1][2] in keep), counter)
+        return counted((r[1] for r in part if r[0] == CHANGE and r[1][2] in keep), counter)
 
     changes = spark.createDataFrame(rows.mapPartitions(kept), CHANGE_DDL)
 

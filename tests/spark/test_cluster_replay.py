@@ -41,19 +41,23 @@ pytestmark = [pytest.mark.spark, pytest.mark.functional]
 JOB_TIMEOUT = 300.0
 
 
+def _driver_flags(spark_cluster: StandaloneCluster) -> list[str]:
+    """--master and the driver's loopback --conf, as both binlog-spark and spark-submit take them."""
+    conf = [x for k, v in spark_cluster.driver_conf().items() for x in ("--conf", f"{k}={v}")]
+    return ["--master", spark_cluster.master_url, *conf]
+
+
 def cluster_cli(spark_cluster: StandaloneCluster, *args: str) -> list[str]:
     """The argv of a `binlog-spark` command on the standalone cluster."""
-    conf = [x for k, v in spark_cluster.driver_conf().items() for x in ("--conf", f"{k}={v}")]
-    return [sys.executable, "-m", "spark_jobs.cli", "--master", spark_cluster.master_url, *conf, *args]
+    return [sys.executable, "-m", "spark_jobs.cli", *_driver_flags(spark_cluster), *args]
 
 
 def submit_cli(spark_cluster: StandaloneCluster, *args: str) -> list[str]:
     """The argv of `spark-submit … spark_jobs/cli.py …` (the venv's bin/ first on PATH, as the README says)."""
     import spark_jobs.cli
 
-    conf = [x for k, v in spark_cluster.driver_conf().items() for x in ("--conf", f"{k}={v}")]
     submit = str(Path(sys.executable).parent / "spark-submit")
-    return [submit, "--master", spark_cluster.master_url, *conf, spark_jobs.cli.__file__, *args]
+    return [submit, *_driver_flags(spark_cluster), spark_jobs.cli.__file__, *args]
 
 
 def run_cli(argv: list[str]) -> subprocess.CompletedProcess[str]:
