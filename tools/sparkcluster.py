@@ -187,6 +187,18 @@ class StandaloneCluster:
         """The running processes of `node`: its JVM and, on a worker, executors and their Python processes."""
         return _node_pids(self.node_tag(node))
 
+    def python_pids(self, node: str) -> list[int]:
+        """The Python processes of `node` (PySpark's daemon and its workers): a Python task ran there."""
+        out = []
+        for pid in self.pids(node):
+            try:
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"pyspark.daemon" in argv or b"pyspark.worker" in argv:  # `python -m pyspark.daemon` and its forks
+                out.append(pid)
+        return out
+
     @staticmethod
     def driver_conf() -> dict[str, str]:
         """What a driver on this machine needs to be reachable by the executors: a loopback address."""
