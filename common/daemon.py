@@ -77,6 +77,7 @@ def run_daemon(
         return 0
     cfg.check_supported()
     setup_daemon_logging(cfg)
+    log.debug("%s: logging at level %s to %s", prog, cfg.log_level, cfg.log_file or "stderr")
     for warning in cfg.ignored_keys():
         log.warning("%s", warning)
     systemd = notifier if notifier is not None else Notifier()

@@ -77,11 +77,11 @@ def test_pump_and_drainer_start_with_only_the_originals_single_dash_flags(
         try:
             drainer_text = drainer_log.read_text(encoding="utf-8")
             assert "config key 'log-rotate' is ignored (deprecated)" in drainer_text
-            assert " DEBUG " in drainer_text
+            assert " DEBUG common.daemon: drainer: logging at level debug to " in drainer_text
             assert "drainer drainer1 is online" in drainer_text
             pump_text = pump_log.read_text(encoding="utf-8")
             assert "config key 'binlog-file-size' is ignored (deprecated)" in pump_text
-            assert " DEBUG " in pump_text
+            assert " DEBUG common.daemon: pump: logging at level debug to " in pump_text
         finally:
             assert drainer.stop() == 0
     finally:
