@@ -7,13 +7,19 @@ A private etcd, pd-server and one pump run as processes in a temp dir (``--stora
 commit; 2 RPCs) for ``--duration`` seconds.  Timestamps come from pd-server in bulk before each timed
 section (``_pumpbench.TsPool``), so TSO is not measured.
 
-Baselines in the same run, interleaved with the pump measurements (pump, echo, raw for each config):
+Baselines in the same run, interleaved with the pump measurements (pump, echo, floor, raw for each
+config):
 
 * ``grpc_echo``: a bare grpcio ``binlog.Pump`` in another process (identity (de)serializers, returns
   an empty ``WriteBinlogResp``), same requests, same writer threads, same client code.  It is a
   thread-pool ``grpc.server``; the pump serves with ``grpc.aio``, but a bare ``grpc.aio`` echo
   measured only 0.91-1.05x this one in the same runs (2-core development machine), so the ratio
   is not won by the gRPC stack.
+* ``durable_floor``: the least a durable pump can do on grpcio (``_pumpbench.serve_durable``): a
+  ``grpc.aio`` server in another process whose WriteBinlog queues the unparsed request bytes to one
+  writer thread (group commit: append, fdatasync, wake the loop once), replying after the fdatasync.
+  Its CPU per RPC is what a pump's CPU per binlog cannot go below without leaving grpcio;
+  ``cpu_us_over_durable_floor`` (the median of the per-run differences) is the pump's own code.
 * ``raw_fdatasync``: append + ``os.fdatasync`` of the same binlog bytes (prewrite, then commit) to a
   file next to the pump's data, under one lock (no group commit), with the same number of threads;
   ``raw_fdatasync_1t`` with one thread.
@@ -22,7 +28,9 @@ The pump's cost per binlog (``pump_per_binlog``, medians over runs): CPU µs of 
 (``/proc/<pid>/stat`` utime + stime, every thread) from the start of a measurement until the pump is
 idle again (its index writer included), over the binlogs written (2 per pair); ``kernel_share``, the
 part of it in the kernel; ``ctx_switches``, voluntary + involuntary context switches summed over the
-pump's threads (``/proc/<pid>/task/*/status``) per binlog.
+pump's threads (``/proc/<pid>/task/*/status``) per binlog.  The same per RPC for the echo and the floor
+(``per_rpc``).  The CPU targets (1 KiB, 1 and 8 writers) are half of ``CPU_US_BEFORE``, with the
+floor of the same run next to them.
 
 Each configuration is measured ``--runs`` times; rates are medians over runs and ratios medians of
 the per-run ratios.  ``ratio_vs_grpc_echo`` is in pairs/s, ``ratio_vs_raw_fdatasync`` in MB/s (the
@@ -70,6 +78,9 @@ KIB, MIB = 1024, 1024 * 1024
 PUMP_ARGS = ["--storage.sync-log", "true", "--gen-binlog-interval", "24h"]
 TARGET_ECHO = 0.7
 TARGET_RAW = 0.5
+# pump CPU µs per 1 KiB binlog by writer count, measured by this bench when issue 22 took up CPU per
+# binlog (the README's table); the target is half of it
+CPU_US_BEFORE = {1: 549.0, 8: 235.0}
 
 
 def main() -> int:
@@ -89,23 +100,30 @@ def main() -> int:
     tmp = TempDir(args.keep, "bench-pump-write-")
     cluster = Cluster(tmp.path, PUMP_ARGS)
     echo = BaselineServer(tmp.path, "grpc-echo")
+    floor = BaselineServer(tmp.path, "durable-floor", durable_dir=tmp.path / "floor")
     channels: list[grpc.Channel] = []
     pool: TsPool | None = None
     errors: list[str] = []
     out: dict[str, Any] = {"bench": "pump_write", **env_info()}
     try:
         echo.start()  # first: no process is forked once gRPC calls run here
+        floor.start()
         cluster.start()
         pool = TsPool(cluster.etcd.url)
         builder = RequestBuilder(cluster.cluster_id)
         pump_ch = grpc.insecure_channel(cluster.pump.addr, options=CHANNEL_OPTIONS)
         echo_ch = grpc.insecure_channel(echo.addr, options=CHANNEL_OPTIONS)
-        channels += [pump_ch, echo_ch]
-        targets: dict[str, WriteCall] = {"pump": write_call(pump_ch), "grpc_echo": write_call(echo_ch)}
+        floor_ch = grpc.insecure_channel(floor.addr, options=CHANNEL_OPTIONS)
+        channels += [pump_ch, echo_ch, floor_ch]
+        targets = {
+            "pump": (write_call(pump_ch), cluster.pump_pid),
+            "grpc_echo": (write_call(echo_ch), echo.pid),
+            "durable_floor": (write_call(floor_ch), floor.pid),
+        }
         configs = measure(args, cluster=cluster, pool=pool, builder=builder, targets=targets, errors=errors)
-        dead = cluster.alive()
-        if dead or not echo.process.alive:
-            errors.append(f"processes died: {[*dead, *([] if echo.process.alive else ['grpc-echo'])]}")
+        dead = cluster.alive() + [b.process.name for b in (echo, floor) if not b.process.alive]
+        if dead:
+            errors.append(f"processes died: {dead}")
         out.update(
             {
                 "duration_s": args.duration,
@@ -127,6 +145,7 @@ def main() -> int:
         if pool is not None:
             pool.close()
         echo.stop()
+        floor.stop()
         cluster.stop()
         tmp.cleanup()
     out["errors"] = errors[:20]
@@ -147,7 +166,7 @@ def measure(
     cluster: Cluster,
     pool: TsPool,
     builder: RequestBuilder,
-    targets: dict[str, WriteCall],
+    targets: dict[str, tuple[WriteCall, int]],
     errors: list[str],
 ) -> list[dict[str, Any]]:
     configs: list[dict[str, Any]] = []
@@ -178,7 +197,7 @@ def measure(
         writer_counts = sorted({max(1, min(w, cap // size)) for w in args.writers})
         top = writer_counts[-1]
         log(f"payload {size} B (prewrite value {len(value)} B, pair {pair_bytes} B): writers {writer_counts}")
-        for name, call in targets.items():  # warm-up: connections, server threads, page cache
+        for name, (call, _) in targets.items():  # warm-up: connections, server threads, page cache
             wait_idle(cluster.pump_pid)
             pool.refill(ts_needed(name, size, top))
             r = run_pairs(call, pool, builder, value, top, duration=min(1.0, args.duration / 2))
@@ -189,30 +208,27 @@ def measure(
             raw1 = raw_append(raw_path, blobs, 1, args.duration).summary(pair_bytes)
             for w in writer_counts:
                 got = per[w]
-                for name, call in targets.items():
+                for name, (call, pid) in targets.items():
                     waited = wait_idle(cluster.pump_pid)
                     pool.refill(ts_needed(name, size, w))
-                    before = proc_usage(cluster.pump_pid)
+                    before = proc_usage(pid)
                     r = run_pairs(call, pool, builder, value, w, duration=args.duration)
-                    if name == "pump":  # until it is idle again: the index writer's work for these binlogs counts
-                        wait_idle(cluster.pump_pid)
-                    used = proc_usage(cluster.pump_pid) - before
+                    # until it is idle again: the pump's index writer works after the replies
+                    wait_idle(pid)
+                    used = proc_usage(pid) - before
                     check(f"{name} {size}B x{w}", r.errors or ([] if r.pairs else ["no pair completed"]))
                     s = r.summary(pair_bytes)
-                    if name == "pump":
-                        s["pump_per_binlog"] = used.per(2 * r.pairs)
+                    s["per_binlog"] = used.per(2 * r.pairs)
                     observed[(name, size, w)] = max(observed.get((name, size, w), 0.0), s["pairs_per_s"])
                     got.setdefault(name, []).append(s)
-                    cost = s.get("pump_per_binlog")
+                    cost = s["per_binlog"]
                     log(
                         f"run {run + 1}/{args.runs} {size}B x{w} {name}: {s['pairs_per_s']:.0f} pairs/s "
                         f"{s['mb_per_s']:.1f} MB/s p50 {s['p50_ms']:.2f} ms p99 {s['p99_ms']:.2f} ms"
                         f" (idle wait {waited:.1f}s)"
                         + (
-                            f"; pump per binlog {cost['cpu_us']:.0f} us CPU ({cost['kernel_share']:.0%} kernel), "
+                            f"; per binlog {cost['cpu_us']:.0f} us CPU ({cost['kernel_share']:.0%} kernel), "
                             f"{cost['ctx_switches']:.1f} context switches"
-                            if cost
-                            else ""
                         )
                     )
                 if w == 1:
@@ -255,6 +271,16 @@ def summarize(
             "p99_ms": rnd(med(name, "p99_ms")),
         }
 
+    def cost(name: str) -> dict[str, float]:
+        return {
+            key: rnd(median([s["per_binlog"][key] for s in got[name]]), 3)
+            for key in ("cpu_us", "kernel_share", "ctx_switches")
+        }
+
+    def cpu_over_floor() -> float:
+        pairs = zip(got["pump"], got["durable_floor"], strict=True)
+        return rnd(median([p["per_binlog"]["cpu_us"] - f["per_binlog"]["cpu_us"] for p, f in pairs]), 1)
+
     return {
         "payload_bytes": size,
         "prewrite_value_bytes": value_bytes,
@@ -263,15 +289,14 @@ def summarize(
         "writers_capped": writers not in requested,
         **brief("pump"),
         "rpcs_per_s": round(2 * med("pump", "pairs_per_s")),
-        "pump_per_binlog": {
-            key: rnd(median([s["pump_per_binlog"][key] for s in got["pump"]]), 3)
-            for key in ("cpu_us", "kernel_share", "ctx_switches")
-        },
+        "pump_per_binlog": {**cost("pump"), "cpu_us_over_durable_floor": cpu_over_floor()},
         "pump_runs_pairs_per_s": [round(s["pairs_per_s"]) for s in got["pump"]],
-        "grpc_echo": brief("grpc_echo"),
+        "grpc_echo": {**brief("grpc_echo"), "per_rpc": cost("grpc_echo")},
+        "durable_floor": {**brief("durable_floor"), "per_rpc": cost("durable_floor")},
         "raw_fdatasync": {"writers": writers, **brief("raw_fdatasync")},
         "raw_fdatasync_1t": brief("raw_fdatasync_1t"),
         "ratio_vs_grpc_echo": ratio("pump", "grpc_echo", "pairs_per_s"),
+        "ratio_vs_durable_floor": ratio("pump", "durable_floor", "pairs_per_s"),
         "ratio_vs_raw_fdatasync": ratio("pump", "raw_fdatasync", "mb_per_s"),
         "ratio_vs_raw_fdatasync_1t": ratio("pump", "raw_fdatasync_1t", "mb_per_s"),
     }
@@ -288,6 +313,13 @@ def targets_met(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         v = kb["ratio_vs_grpc_echo"]
         name = f"1KB_durable_pairs_per_s_vs_grpc_echo_at_{kb['writers']}_writers"
         out.append({"name": name, "value": v, "bar": TARGET_ECHO, "met": v >= TARGET_ECHO})
+    for c in configs:  # issue 22's CPU target: half of the CPU per binlog measured before that work
+        before = CPU_US_BEFORE.get(c["writers"]) if c["payload_bytes"] == KIB else None
+        if before is not None:
+            v = c["pump_per_binlog"]["cpu_us"]
+            floor = c["durable_floor"]["per_rpc"]["cpu_us"]
+            name = f"1KB_pump_cpu_us_per_binlog_at_{c['writers']}_writers"
+            out.append({"name": name, "value": v, "bar": before / 2, "met": v <= before / 2, "durable_floor": floor})
     if mb is not None:
         v = mb["ratio_vs_raw_fdatasync"]
         name = f"1MB_mb_per_s_vs_raw_fdatasync_append_at_{mb['writers']}_writers"
