@@ -594,14 +594,13 @@ def serve_durable(addr: str, path: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
     queued: list[tuple[bytes, asyncio.Future[None]]] = []
     ready = threading.Condition()
-    loops: list[asyncio.AbstractEventLoop] = []
 
     def resolve(group: list[asyncio.Future[None]]) -> None:
         for fut in group:
             if not fut.done():  # else the call was cancelled
                 fut.set_result(None)
 
-    def writer() -> None:
+    def writer(loop: asyncio.AbstractEventLoop) -> None:
         try:
             while True:
                 with ready:
@@ -614,14 +613,13 @@ def serve_durable(addr: str, path: str) -> None:
                     data = data[os.write(fd, data) :]
                 os.fdatasync(fd)
                 with contextlib.suppress(RuntimeError):  # the loop is closed: the server is gone
-                    loops[0].call_soon_threadsafe(resolve, [fut for _, fut in group])
+                    loop.call_soon_threadsafe(resolve, [fut for _, fut in group])
         except BaseException as exc:
             print(f"durable floor: write failed: {exc!r}", file=sys.stderr, flush=True)
             os._exit(1)
 
     async def run() -> None:
         loop = asyncio.get_running_loop()
-        loops.append(loop)
 
         async def write_binlog(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
             done: asyncio.Future[None] = loop.create_future()
@@ -642,7 +640,7 @@ def serve_durable(addr: str, path: str) -> None:
         if server.add_insecure_port(addr) == 0:
             raise SystemExit(f"cannot listen on {addr}")
         await server.start()
-        threading.Thread(target=writer, daemon=True, name="floor-writer").start()
+        threading.Thread(target=writer, args=(loop,), daemon=True, name="floor-writer").start()
         stop = asyncio.Event()
         loop.add_signal_handler(signal.SIGTERM, stop.set)
         await stop.wait()
