@@ -108,10 +108,10 @@ class IndexWriter:
                 self._sorter.long_written(len(longs))
         self.head = head
         self._safe = state
-        if not replay:
-            self.indexed_count += len(entries)
         self._watermark.advance(state[0])
-        with self._idle:
+        with self._idle:  # counted only once the watermark is out: wait_for then sees both
+            if not replay:
+                self.indexed_count += len(entries)
             self._idle.notify_all()
         return True
 

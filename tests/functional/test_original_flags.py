@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -75,10 +76,10 @@ def test_pump_and_drainer_start_with_only_the_originals_single_dash_flags(
     try:
         drainer.start()  # both wait until registered online with -node-id at -addr
         try:
-            drainer_text = drainer_log.read_text(encoding="utf-8")
+            # The drainer registers as online in etcd just before it logs so: wait for the line.
+            drainer_text = wait_for_log_line(drainer_log, "drainer drainer1 is online")
             assert "config key 'log-rotate' is ignored (deprecated)" in drainer_text
             assert " DEBUG common.daemon: drainer: logging at level debug to " in drainer_text
-            assert "drainer drainer1 is online" in drainer_text
             pump_text = pump_log.read_text(encoding="utf-8")
             assert "config key 'binlog-file-size' is ignored (deprecated)" in pump_text
             assert " DEBUG common.daemon: pump: logging at level debug to " in pump_text
@@ -86,6 +87,17 @@ def test_pump_and_drainer_start_with_only_the_originals_single_dash_flags(
             assert drainer.stop() == 0
     finally:
         assert pump.stop() == 0
+
+
+def wait_for_log_line(path: Path, line: str, timeout: float = TIMEOUT) -> str:
+    """The log's text once it holds `line`; fails after `timeout` seconds with the text it holds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        text = path.read_text(encoding="utf-8")
+        if line in text:
+            return text
+        assert time.monotonic() < deadline, f"{line!r} not in {path} after {timeout}s:\n{text}"
+        time.sleep(0.05)
 
 
 def pyproject() -> dict[str, Any]:

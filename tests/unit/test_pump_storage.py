@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -82,6 +83,25 @@ def test_write_pull_round_trip_merges_prewrite_data(storage: Storage) -> None:
     assert got[2].payload == gogo.fake_binlog(f)  # as stored
     assert storage.all_matched()
     assert storage.check() == []
+
+
+def test_wait_indexed_returns_only_once_the_watermark_is_out(storage: Storage, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Was: the index writer counted a batch as indexed before it published the batch's watermark, so
+    wait_indexed could return while max_commit_ts still lagged by the last commit (a flaky model test).
+    Publishing is slowed here so that the window, if it were open, is wide."""
+    watermark = storage._watermark
+    publish = watermark.advance
+
+    def slow_advance(value: int) -> None:
+        time.sleep(0.05)
+        publish(value)
+
+    monkeypatch.setattr(watermark, "advance", slow_advance)
+    clock = Tso()
+    for _ in range(5):
+        _, c = txn(storage, clock)
+        assert storage.wait_indexed(10)
+        assert storage.max_commit_ts() == c
 
 
 def test_pull_from_the_middle_gets_exactly_the_suffix(storage: Storage) -> None:
