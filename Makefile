@@ -33,7 +33,7 @@ test: $(STAMP) sysdeps
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy .
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --ignore=tests/compose \
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --ignore=tests/compose --durations=40 --durations-min=5 \
 		$(addprefix --ignore=,$(NEMESIS_TIER) $(SPARK_CLUSTER_TIER)) $(PYTEST_ARGS)
 
 nemesis-test: $(STAMP) sysdeps
