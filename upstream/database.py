@@ -56,6 +56,9 @@ PREWRITE_THREADS = 64
 RETRY_FIRST_DELAY = 0.004
 """Seconds `Database.run` waits before its second attempt; each next wait doubles, up to RETRY_MAX_DELAY."""
 RETRY_MAX_DELAY = 0.2
+RETRY_JITTER = 0.5
+"""Each retry wait is spread by this fraction either way, so transactions that conflicted on the same rows
+do not all retry at the same moment and conflict again."""
 
 _T = TypeVar("_T")
 
@@ -201,7 +204,7 @@ class Database:
 
     def run(self, body: Callable[[Transaction], _T], *, attempts: int = 10) -> _T:
         """Run `body` in a transaction and commit; retry on retriable errors (conflicts, schema changes)."""
-        backoff = Backoff(RETRY_FIRST_DELAY, 2.0, RETRY_MAX_DELAY)
+        backoff = Backoff(RETRY_FIRST_DELAY, 2.0, RETRY_MAX_DELAY, jitter=RETRY_JITTER)
         for attempt in range(1, attempts + 1):
             txn = self.begin()
             try:

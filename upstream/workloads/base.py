@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from common.backoff import Backoff
 from common.errors import BinlogError
-from upstream.database import RETRY_FIRST_DELAY, RETRY_MAX_DELAY
+from upstream.database import RETRY_FIRST_DELAY, RETRY_JITTER, RETRY_MAX_DELAY
 from upstream.errors import CommitUnknownError
 
 if TYPE_CHECKING:
@@ -118,7 +118,7 @@ def run_txn(
     body's result of the attempt that committed (None when it failed).
     """
     last = ""
-    waits = Backoff(RETRY_FIRST_DELAY, 2.0, RETRY_MAX_DELAY)
+    waits = Backoff(RETRY_FIRST_DELAY, 2.0, RETRY_MAX_DELAY, jitter=RETRY_JITTER)
     for attempt in range(1, attempts + 1):
         version = db.schema.version
         txn: Transaction | None = None
