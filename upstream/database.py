@@ -60,6 +60,12 @@ RETRY_JITTER = 0.5
 """Each retry wait is spread by this fraction either way, so transactions that conflicted on the same rows
 do not all retry at the same moment and conflict again."""
 
+
+def retry_backoff() -> Backoff:
+    """The waits between attempts of one transaction (`Database.run`, the workloads' `run_txn`)."""
+    return Backoff(RETRY_FIRST_DELAY, 2.0, RETRY_MAX_DELAY, jitter=RETRY_JITTER)
+
+
 _T = TypeVar("_T")
 
 
@@ -204,7 +210,7 @@ class Database:
 
     def run(self, body: Callable[[Transaction], _T], *, attempts: int = 10) -> _T:
         """Run `body` in a transaction and commit; retry on retriable errors (conflicts, schema changes)."""
-        backoff = Backoff(RETRY_FIRST_DELAY, 2.0, RETRY_MAX_DELAY, jitter=RETRY_JITTER)
+        backoff = retry_backoff()
         for attempt in range(1, attempts + 1):
             txn = self.begin()
             try:

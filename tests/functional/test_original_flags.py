@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -13,7 +12,7 @@ from typing import Any
 import pytest
 
 from tools.localcluster import DrainerProcess, EtcdProcess, PDProcess, PumpProcess
-from tools.procs import free_ports, python_module_argv
+from tools.procs import free_ports, python_module_argv, wait_for
 
 pytestmark = pytest.mark.functional
 
@@ -77,7 +76,9 @@ def test_pump_and_drainer_start_with_only_the_originals_single_dash_flags(
         drainer.start()  # both wait until registered online with -node-id at -addr
         try:
             # The drainer registers as online in etcd just before it logs so: wait for the line.
-            drainer_text = wait_for_log_line(drainer_log, "drainer drainer1 is online")
+            online = "drainer drainer1 is online"
+            wait_for(lambda: online in drainer_log.read_text(encoding="utf-8"), TIMEOUT, f"{online!r} in the log")
+            drainer_text = drainer_log.read_text(encoding="utf-8")
             assert "config key 'log-rotate' is ignored (deprecated)" in drainer_text
             assert " DEBUG common.daemon: drainer: logging at level debug to " in drainer_text
             pump_text = pump_log.read_text(encoding="utf-8")
@@ -87,17 +88,6 @@ def test_pump_and_drainer_start_with_only_the_originals_single_dash_flags(
             assert drainer.stop() == 0
     finally:
         assert pump.stop() == 0
-
-
-def wait_for_log_line(path: Path, line: str, timeout: float = TIMEOUT) -> str:
-    """The log's text once it holds `line`; fails after `timeout` seconds with the text it holds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        text = path.read_text(encoding="utf-8")
-        if line in text:
-            return text
-        assert time.monotonic() < deadline, f"{line!r} not in {path} after {timeout}s:\n{text}"
-        time.sleep(0.05)
 
 
 def pyproject() -> dict[str, Any]:

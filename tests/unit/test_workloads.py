@@ -20,6 +20,7 @@ from common.errors import BinlogError, ConfigError
 from common.schema.infoschema import InfoSchema
 from common.schema.model import ColumnInfo, SchemaError
 from common.schema.types import check_value, parse_type
+from upstream.database import retry_backoff
 from upstream.ddl import Column, Planner
 from upstream.errors import CommitUnknownError, WriteConflictError
 from upstream.workload_cli import Progress, main, parse_args, print_summary
@@ -387,6 +388,14 @@ class FakeTxnDB:
 
 def _run(db: FakeTxnDB, body: Callable[[Any], Any], **kw: Any) -> tuple[TxnOutcome, Any]:
     return run_txn(cast(Any, db), body, **kw)
+
+
+def test_retry_waits_are_spread_by_half_around_the_doubling_delays() -> None:
+    """Transactions that conflicted on the same rows must not retry in lockstep (Database.run, run_txn)."""
+    firsts = [next(retry_backoff().delays()) for _ in range(200)]
+    assert all(0.002 <= d <= 0.006 for d in firsts)
+    assert max(firsts) - min(firsts) > 0.002
+    assert [retry_backoff().nth(n) for n in range(8)] == [0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.2, 0.2]
 
 
 def test_run_txn_counts_retries_of_retriable_errors(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,9 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from common.backoff import Backoff
 from common.errors import BinlogError
-from upstream.database import RETRY_FIRST_DELAY, RETRY_JITTER, RETRY_MAX_DELAY
+from upstream.database import retry_backoff
 from upstream.errors import CommitUnknownError
 
 if TYPE_CHECKING:
@@ -118,7 +117,7 @@ def run_txn(
     body's result of the attempt that committed (None when it failed).
     """
     last = ""
-    waits = Backoff(RETRY_FIRST_DELAY, 2.0, RETRY_MAX_DELAY, jitter=RETRY_JITTER)
+    waits = retry_backoff()
     for attempt in range(1, attempts + 1):
         version = db.schema.version
         txn: Transaction | None = None
@@ -153,7 +152,7 @@ def run_txn(
 
 def backoff(attempt: int) -> float:
     """Seconds to wait before attempt ``attempt + 1`` (4 ms doubling, at most 200 ms; as Database.run)."""
-    return Backoff(RETRY_FIRST_DELAY, 2.0, RETRY_MAX_DELAY).nth(attempt - 1)
+    return retry_backoff().nth(attempt - 1)
 
 
 def _describe(exc: BaseException) -> str:
